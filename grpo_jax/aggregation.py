@@ -1,0 +1,120 @@
+"""How per-token loss terms become one scalar.
+
+Every mode is written as a ``(sum, count)`` pair and divided once, so that
+gradient accumulation over microbatches and reduction over devices give exactly
+the one-shot value: add the sums, add the counts, divide at the end.
+
+| mode                      | value                                       |
+|---------------------------|---------------------------------------------|
+| ``token_mean``            | sum_it L*m / sum_it m                       |
+| ``seq_mean_token_mean``   | mean over rows with n_i > 0 of sum_t L*m/n_i |
+| ``seq_mean_token_sum``    | mean over rows with n_i > 0 of sum_t L*m    |
+| ``seq_mean_token_sum_norm`` | sum_it L*m / (N * horizon)  (Dr. GRPO)    |
+
+A batch without a single token gives 0 in every mode, never NaN.
+"""
+
+from typing import NamedTuple, Optional
+
+import jax.numpy as jnp
+
+MODES = (
+    "token_mean",
+    "seq_mean_token_mean",
+    "seq_mean_token_sum",
+    "seq_mean_token_sum_norm",
+)
+
+
+class SumCount(NamedTuple):
+  """A reduction not yet divided: ``value = total / count`` (0 if count is 0)."""
+  total: jnp.ndarray
+  count: jnp.ndarray
+
+
+def check_mode(mode: str, horizon: Optional[int] = None) -> None:
+  """Raises a ValueError naming `aggregation` or `horizon` if they are unusable."""
+  if mode not in MODES:
+    raise ValueError(
+        f"aggregation={mode!r} is unknown; choose one of {', '.join(MODES)}.")
+  if mode == "seq_mean_token_sum_norm" and (horizon is None or horizon <= 0):
+    raise ValueError(
+        "aggregation='seq_mean_token_sum_norm' needs horizon= (a positive "
+        f"constant, usually the max completion length); got horizon={horizon!r}.")
+
+
+def check_token_arrays(**arrays) -> None:
+  """Checks that every named array is [N, T] and that all shapes agree."""
+  shape = None
+  for name, x in arrays.items():
+    if x.ndim != 2:
+      raise ValueError(f"{name} must be [N, T] (rank 2); got shape {x.shape}.")
+    if shape is not None and x.shape != shape:
+      first = next(iter(arrays))
+      raise ValueError(
+          f"{name} has shape {x.shape} but {first} has shape {shape}; they "
+          "must match.")
+    shape = x.shape
+
+
+def sum_and_count(values, mask, mode: str, *, horizon: Optional[int] = None
+                  ) -> SumCount:
+  """The (sum, count) form of `aggregate`.
+
+  Args:
+    values: [N, T] per-token terms.
+    mask: [N, T] 1 for real completion tokens, 0 for padding.
+    mode: one of `MODES`.
+    horizon: the constant normaliser of ``seq_mean_token_sum_norm``.
+
+  Returns:
+    SumCount(total, count), float32 scalars.
+  """
+  check_mode(mode, horizon)
+  check_token_arrays(values=values, mask=mask)
+  values = values.astype(jnp.float32)
+  mask = mask.astype(jnp.float32)
+  # where(), not multiplication: a NaN or inf under padding must not leak in.
+  masked = jnp.where(mask > 0, values * mask, 0.0)
+  lengths = mask.sum(axis=-1)
+  nonempty = (lengths > 0).astype(jnp.float32)
+  if mode == "token_mean":
+    return SumCount(masked.sum(), lengths.sum())
+  if mode == "seq_mean_token_mean":
+    per_row = masked.sum(axis=-1) / jnp.maximum(lengths, 1.0)
+    return SumCount(per_row.sum(), nonempty.sum())
+  if mode == "seq_mean_token_sum":
+    return SumCount(masked.sum(), nonempty.sum())
+  # seq_mean_token_sum_norm: a constant denominator, whatever the padding.
+  return SumCount(masked.sum(),
+                  jnp.asarray(values.shape[0] * horizon, jnp.float32))
+
+
+def sequence_sum_and_count(values, row_mask) -> SumCount:
+  """(sum, count) of a per-sequence term [N] over rows with ``row_mask > 0``."""
+  row_mask = row_mask.astype(jnp.float32)
+  total = jnp.where(row_mask > 0, values.astype(jnp.float32) * row_mask, 0.0)
+  return SumCount(total.sum(), row_mask.sum())
+
+
+def divide(sc: SumCount) -> jnp.ndarray:
+  """total / count, and 0 where count is 0."""
+  return jnp.where(sc.count > 0, sc.total / jnp.maximum(sc.count, 1e-12), 0.0)
+
+
+def aggregate(values, mask, mode: str, *, horizon: Optional[int] = None
+              ) -> jnp.ndarray:
+  """Reduces per-token terms [N, T] to a scalar with the named aggregation.
+
+  Args:
+    values: [N, T] per-token terms.
+    mask: [N, T] 1 for real completion tokens, 0 for padding.
+    mode: ``token_mean``, ``seq_mean_token_mean``, ``seq_mean_token_sum`` or
+      ``seq_mean_token_sum_norm``.
+    horizon: required by ``seq_mean_token_sum_norm``: the constant max
+      completion length (Dr. GRPO), never the padded length of this batch.
+
+  Returns:
+    A float32 scalar; 0 for a batch without tokens.
+  """
+  return divide(sum_and_count(values, mask, mode, horizon=horizon))

