@@ -1,0 +1,365 @@
+"""KV-cached sampling: prefill the prompts once, then decode in a while loop.
+
+Prompts are left-padded to a bucket length (`pad_prompts`), so that every
+prompt's last token sits in the same column and one jitted function serves all
+prompts of a bucket. `sample` runs:
+
+1. prefill: one forward pass over the ``[P, Sp]`` prompts that writes their
+   keys/values into a cache of length ``L = Sp + T`` and gives the logits of the
+   next token;
+2. grouping: the prefilled cache and last logits are repeated ``G`` times
+   (rows ``p*G + g``), so a prompt is never prefilled more than once;
+3. decode: a ``jax.lax.while_loop`` over a fixed-size `DecodeState` that feeds
+   one token per row per step, writes its key/value at slot ``Sp + t`` in place,
+   computes the logits of that single position, and draws the next token. It
+   stops when every row has produced an end-of-sequence id or after ``T`` tokens.
+
+Every row carries its own positions (``0..len-1`` for its real prompt tokens, then
+``len, len+1, ...``), so left padding changes nothing but the cache slots used.
+
+Log-probs (see PITFALLS.md, "Sampler and trainer disagree"): with logits ``z``
+and temperature ``tau`` each generated token ``y`` gets two numbers,
+
+* ``tempered_logprobs = log_softmax(z / tau)[y]``: the plain tempered
+  distribution over the full vocabulary. This is what the trainer recomputes
+  teacher-forced with ``logprobs.token_logprobs(hidden, W, tokens,
+  temperature=tau)``, so it is the behaviour log-prob to use in importance
+  ratios. Both are computed in float32 the same way.
+* ``logprobs = log q(y)``, where ``q`` is the distribution actually sampled
+  from: ``softmax(z / tau)`` restricted to the top-k / top-p set and
+  renormalised. Without top-k / top-p it equals ``tempered_logprobs``; with them
+  it is ``>=`` it (renormalising over a subset only raises probabilities).
+
+Greedy decoding samples from a point mass, so its ``logprobs`` are 0, and its
+``tempered_logprobs`` use ``tau = 1`` (``log_softmax(z)[y]``).
+
+Randomness: the caller passes the key. A trainer must pass a fresh key per
+rollout, e.g. ``jax.random.fold_in(key, step)``; the same key and the same
+prompts give the same completions.
+"""
+
+import functools
+from typing import NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax import models
+
+DEFAULT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+# Incremented each time `_sample` is traced (i.e. compiled for a new shape or
+# static argument); tests use it to check one compile per bucket.
+_TRACE_COUNT = 0
+
+
+def trace_count() -> int:
+  """How many times the sampler has been traced in this process."""
+  return _TRACE_COUNT
+
+
+class SampleOutput(NamedTuple):
+  """Completions of N = P*G rows, ordered prompt-major (row ``p*G + g``).
+
+  Attributes:
+    tokens: [N, T] int32 generated tokens; ``pad_id`` after the end.
+    mask: [N, T] float32, 1 for generated tokens up to and including the first
+      end-of-sequence id, 0 after it.
+    lengths: [N] int32, ``mask.sum(-1)``.
+    truncated: [N] bool, True where no end-of-sequence id was produced within
+      ``max_new_tokens``.
+    logprobs: [N, T] float32, log-prob of each token under the distribution it
+      was drawn from (tempered and truncated by top-k / top-p, renormalised);
+      0 for greedy decoding and under padding.
+    tempered_logprobs: [N, T] float32, ``log_softmax(logits / temperature)`` at
+      each token (temperature 1 for greedy), what ``token_logprobs`` gives
+      teacher-forced; 0 under padding.
+  """
+  tokens: jnp.ndarray
+  mask: jnp.ndarray
+  lengths: jnp.ndarray
+  truncated: jnp.ndarray
+  logprobs: jnp.ndarray
+  tempered_logprobs: jnp.ndarray
+
+
+class DecodeState(NamedTuple):
+  """The fixed-size carry of the decode loop (N rows, T new tokens)."""
+  step: jnp.ndarray  # [] int32, index of the next token to draw.
+  last_tokens: jnp.ndarray  # [N] int32, the token drawn at step - 1.
+  cache: object  # models.KVCache, each [layers, N, L, K, head_dim].
+  done: jnp.ndarray  # [N] bool, the row has produced an end id.
+  lengths: jnp.ndarray  # [N] int32, tokens drawn while live (end id included).
+  tokens: jnp.ndarray  # [N, T] int32
+  logprobs: jnp.ndarray  # [N, T] float32
+  tempered_logprobs: jnp.ndarray  # [N, T] float32
+
+
+def pad_prompts(token_lists: Sequence[Sequence[int]], *,
+                buckets: Sequence[int] = DEFAULT_BUCKETS, pad_id: int = 0):
+  """Left-pads prompts to the smallest bucket that holds the longest one.
+
+  Args:
+    token_lists: P prompts, each a non-empty sequence of token ids.
+    buckets: increasing candidate lengths Sp; one compile per bucket used.
+    pad_id: the id written into padding.
+
+  Returns:
+    (tokens [P, Sp] int32, mask [P, Sp] int32), mask 1 on real tokens, which
+    sit at the right end of each row.
+  """
+  if not token_lists:
+    raise ValueError("token_lists is empty; pass at least one prompt.")
+  lengths = [len(t) for t in token_lists]
+  if min(lengths) == 0:
+    raise ValueError(
+        f"token_lists[{lengths.index(0)}] is an empty prompt; every prompt "
+        "needs at least one token.")
+  longest = max(lengths)
+  fitting = [b for b in sorted(buckets) if b >= longest]
+  if not fitting:
+    raise ValueError(
+        f"token_lists holds a prompt of {longest} tokens, longer than the "
+        f"largest bucket {max(buckets)}; add a larger bucket to buckets=.")
+  length = fitting[0]
+  tokens = np.full((len(token_lists), length), pad_id, np.int32)
+  mask = np.zeros((len(token_lists), length), np.int32)
+  for row, ids in enumerate(token_lists):
+    tokens[row, length - len(ids):] = np.asarray(ids, np.int32)
+    mask[row, length - len(ids):] = 1
+  return tokens, mask
+
+
+def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
+                  max_new_tokens, temperature, top_k, top_p, greedy):
+  """ValueErrors naming the argument for unusable `sample` inputs."""
+  if num_samples < 1:
+    raise ValueError(f"num_samples must be >= 1; got {num_samples}.")
+  if max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}.")
+  if not greedy and not temperature > 0:
+    raise ValueError(
+        f"temperature must be > 0 when sampling; got {temperature} (use "
+        "greedy=True for argmax decoding).")
+  if top_k is not None and not 1 <= top_k <= config.vocab_size:
+    raise ValueError(
+        f"top_k must be in [1, vocab_size={config.vocab_size}] or None; got "
+        f"{top_k}.")
+  if top_p is not None and not 0 < top_p <= 1:
+    raise ValueError(f"top_p must be in (0, 1] or None; got {top_p}.")
+  if np.ndim(prompt_tokens) != 2:
+    raise ValueError(
+        f"prompt_tokens must be [P, Sp] (rank 2); got shape "
+        f"{np.shape(prompt_tokens)}. Use pad_prompts to build it.")
+  if np.shape(prompt_mask) != np.shape(prompt_tokens):
+    raise ValueError(
+        f"prompt_mask has shape {np.shape(prompt_mask)} but prompt_tokens has "
+        f"shape {np.shape(prompt_tokens)}; they must match.")
+  if isinstance(prompt_mask, jax.core.Tracer):
+    return  # Values are checked only when they are known.
+  mask = np.asarray(prompt_mask) > 0
+  lengths = mask.sum(-1)
+  if (lengths == 0).any():
+    raise ValueError(
+        f"prompt_mask row {int(np.argmin(lengths))} has no real token (an "
+        "empty prompt); every prompt needs at least one token.")
+  left_padded = (mask == (np.arange(mask.shape[1]) >=
+                          (mask.shape[1] - lengths)[:, None])).all()
+  if not left_padded:
+    raise ValueError(
+        "prompt_mask must be left-padded (each row 0...0 1...1); use "
+        "pad_prompts to build the prompts.")
+  max_positions = getattr(config, "max_position_embeddings", None)
+  if max_positions is not None and lengths.max() + max_new_tokens > max_positions:
+    raise ValueError(
+        f"prompt_tokens holds a prompt of {int(lengths.max())} tokens; with "
+        f"max_new_tokens={max_new_tokens} it exceeds max_position_embeddings="
+        f"{max_positions}. Shorten the prompt or lower max_new_tokens.")
+
+
+def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
+           max_new_tokens: int, temperature: float = 1.0,
+           top_k: Optional[int] = None, top_p: Optional[float] = None,
+           greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0
+           ) -> SampleOutput:
+  """Samples G completions for each of P left-padded prompts.
+
+  Each row draws ``y_t ~ q(. | prompt, y_<t)`` with ``q = softmax(z / tau)``,
+  optionally restricted to the ``top_k`` largest logits and then to the smallest
+  set whose probability reaches ``top_p`` (nucleus sampling, arXiv:1904.09751),
+  renormalised; ``greedy`` takes ``argmax z``. See the module docstring for the
+  two log-probs returned.
+
+  Compiles once per (prompt bucket Sp, P, config, num_samples, max_new_tokens,
+  greedy, top_k, top_p, eos_ids, pad_id); temperature is not static.
+
+  Args:
+    params: model parameters (`models.init_params` / `models.load`).
+    config: the `models.ModelConfig`.
+    prompt_tokens: [P, Sp] int32, left-padded (see `pad_prompts`).
+    prompt_mask: [P, Sp], nonzero on real tokens.
+    key: PRNG key; pass a fresh one per call (``fold_in(key, step)``).
+    num_samples: G completions per prompt; the prompt is prefilled once.
+    max_new_tokens: T, the most tokens generated per row.
+    temperature: tau > 0; ignored when greedy.
+    top_k: keep only the k largest logits (None: all).
+    top_p: keep the smallest top set of probability >= top_p (None: all).
+    greedy: argmax decoding.
+    eos_ids: every end-of-sequence id (chat models have several, e.g.
+      ``models.eos_ids(tokenizer)``); ``()`` generates exactly T tokens.
+    pad_id: the id written after a row has ended.
+
+  Returns:
+    `SampleOutput` with N = P*G rows ordered ``p*G + g``.
+  """
+  _check_inputs(config, prompt_tokens, prompt_mask, num_samples=num_samples,
+                max_new_tokens=max_new_tokens, temperature=temperature,
+                top_k=top_k, top_p=top_p, greedy=greedy)
+  return _sample(
+      params, jnp.asarray(prompt_tokens, jnp.int32),
+      jnp.asarray(prompt_mask) > 0, key,
+      jnp.asarray(1.0 if greedy else temperature, jnp.float32),
+      config=config, num_samples=int(num_samples),
+      max_new_tokens=int(max_new_tokens), top_k=top_k,
+      top_p=None if top_p is None or top_p >= 1 else float(top_p),
+      greedy=bool(greedy), eos_ids=tuple(int(i) for i in eos_ids),
+      pad_id=int(pad_id))
+
+
+def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
+  """Draws one token per row from [N, V] float32 logits.
+
+  Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N]); see the
+  module docstring.
+  """
+  scaled = logits / temperature
+  # log_softmax(scaled)[y] without materialising the normalised [N, V] array.
+  log_normaliser = jax.nn.logsumexp(scaled, axis=-1)
+  if greedy:
+    tokens = jnp.argmax(logits, axis=-1)
+    truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
+  elif top_k is None and top_p is None:
+    tokens = jax.random.categorical(key, scaled, axis=-1)
+    truncated_logprobs = None
+  else:
+    # Sorted candidates: the k largest, or the whole vocabulary for top-p only.
+    values, indices = jax.lax.top_k(scaled, top_k or scaled.shape[-1])
+    if top_p is not None:
+      probs = jax.nn.softmax(values, axis=-1)
+      # Keep a candidate while the mass strictly before it is below top_p; the
+      # first candidate is always kept.
+      mass_before = jnp.cumsum(probs, axis=-1) - probs
+      values = jnp.where(mass_before < top_p, values, -jnp.inf)
+    choice = jax.random.categorical(key, values, axis=-1)
+    tokens = jnp.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
+    truncated_logprobs = (
+        jnp.take_along_axis(values, choice[:, None], axis=-1)[:, 0]
+        - jax.nn.logsumexp(values, axis=-1))
+  tempered_logprobs = (
+      jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
+      - log_normaliser)
+  if truncated_logprobs is None:
+    truncated_logprobs = tempered_logprobs
+  return tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs
+
+
+def _last_logits(hidden, unembedding):
+  """[N, D] hidden states -> [N, V] float32 logits of that one position."""
+  return jnp.dot(hidden.astype(jnp.float32), unembedding,
+                 preferred_element_type=jnp.float32)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("config", "num_samples", "max_new_tokens",
+                              "top_k", "top_p", "greedy", "eos_ids", "pad_id"))
+def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
+            num_samples, max_new_tokens, top_k, top_p, greedy, eos_ids,
+            pad_id):
+  global _TRACE_COUNT
+  _TRACE_COUNT += 1
+  num_prompts, prompt_length = prompt_tokens.shape
+  num_rows = num_prompts * num_samples
+  cache_length = prompt_length + max_new_tokens
+  # Hoisted out of the loop: the (possibly transposed / cast) output matrix.
+  unembedding = models.unembedding(params, config).astype(jnp.float32)
+
+  # Prefill. Slot j of the cache holds prompt column j, then new token j - Sp.
+  prompt_lengths = prompt_mask.sum(-1).astype(jnp.int32)  # [P]
+  positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
+  slots = jnp.arange(cache_length)
+  causal = slots[None, :] <= jnp.arange(prompt_length)[:, None]  # [Sp, L]
+  prompt_slots = jnp.pad(prompt_mask, ((0, 0), (0, max_new_tokens)))  # [P, L]
+  # A padding query attends to itself only, so its (unused) cache entry stays
+  # finite; real queries attend to real earlier slots.
+  diagonal = slots[None, :] == jnp.arange(prompt_length)[:, None]
+  prefill_mask = (causal[None] & prompt_slots[:, None, :]) | diagonal[None]
+  cache = models.init_cache(config, num_prompts, cache_length)
+  hidden, cache = models.forward(
+      params, config, prompt_tokens, positions.astype(jnp.int32), prefill_mask,
+      cache=cache, cache_index=0)
+  logits = _last_logits(hidden[:, -1], unembedding)  # [P, V]
+
+  # Groups share the prefilled prompt: rows p*G + g copy prompt p.
+  def repeat(x, axis=0):
+    return jnp.repeat(x, num_samples, axis=axis)
+  cache = jax.tree.map(lambda c: repeat(c, axis=1), cache)
+  logits = repeat(logits)
+  row_lengths = repeat(prompt_lengths)  # [N]
+  row_slots = repeat(prompt_slots)  # [N, L]
+  eos = jnp.asarray(eos_ids, jnp.int32)
+
+  def record(state, step, logits):
+    """Draws the token of `step` from `logits` and writes it into the state."""
+    tokens, logprobs, tempered = _next_token(
+        logits, jax.random.fold_in(key, step), temperature, greedy=greedy,
+        top_k=top_k, top_p=top_p)
+    live = ~state.done
+    tokens = jnp.where(live, tokens, pad_id)
+    zero = jnp.zeros_like(logprobs)
+    write = lambda buffer, column: jax.lax.dynamic_update_slice(
+        buffer, column[:, None], (0, step))
+    ended = (tokens[:, None] == eos[None, :]).any(-1) if eos_ids else False
+    return state._replace(
+        step=step + 1,
+        last_tokens=tokens,
+        done=state.done | (live & ended),
+        lengths=state.lengths + live.astype(jnp.int32),
+        tokens=write(state.tokens, tokens),
+        logprobs=write(state.logprobs, jnp.where(live, logprobs, zero)),
+        tempered_logprobs=write(state.tempered_logprobs,
+                                jnp.where(live, tempered, zero)))
+
+  def keep_going(state):
+    return (state.step < max_new_tokens) & ~state.done.all()
+
+  def decode_step(state):
+    step = state.step
+    slot = prompt_length + step - 1  # where the last drawn token goes
+    attention_mask = (row_slots | (slots[None, :] >= prompt_length)) & (
+        slots[None, :] <= slot)
+    hidden, cache = models.forward(
+        params, config, state.last_tokens[:, None],
+        (row_lengths + step - 1)[:, None], attention_mask[:, None, :],
+        cache=state.cache, cache_index=slot)
+    state = state._replace(cache=cache)
+    return record(state, step, _last_logits(hidden[:, 0], unembedding))
+
+  empty = jnp.zeros((num_rows, max_new_tokens), jnp.float32)
+  state = DecodeState(
+      step=jnp.zeros((), jnp.int32),
+      last_tokens=jnp.zeros((num_rows,), jnp.int32),
+      cache=cache,
+      done=jnp.zeros((num_rows,), bool),
+      lengths=jnp.zeros((num_rows,), jnp.int32),
+      tokens=jnp.full((num_rows, max_new_tokens), pad_id, jnp.int32),
+      logprobs=empty,
+      tempered_logprobs=empty)
+  state = record(state, state.step, logits)
+  state = jax.lax.while_loop(keep_going, decode_step, state)
+
+  mask = jnp.arange(max_new_tokens)[None, :] < state.lengths[:, None]
+  return SampleOutput(
+      tokens=state.tokens, mask=mask.astype(jnp.float32),
+      lengths=state.lengths, truncated=~state.done, logprobs=state.logprobs,
+      tempered_logprobs=state.tempered_logprobs)
