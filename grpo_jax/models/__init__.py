@@ -1,0 +1,13 @@
+"""Llama / Qwen2 / Qwen3 decoders: config, Flax model, KV cache, loading."""
+
+from grpo_jax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig
+from grpo_jax.models.transformer import (
+    KVCache,
+    causal_attention_mask,
+    forward,
+    init_cache,
+    init_params,
+    logits,
+    positions_from_mask,
+    unembedding,
+)
