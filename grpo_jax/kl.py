@@ -1,0 +1,91 @@
+"""Per-token estimators of KL(policy || reference) from sampled tokens.
+
+With d = ref_logp - logp for tokens sampled from the policy (Schulman's
+"Approximating KL divergence" estimators):
+
+| name | value            | notes                                            |
+|------|------------------|--------------------------------------------------|
+| k1   | -d               | unbiased value, high variance, can be negative   |
+| k2   | d^2 / 2          | its gradient -d * grad(d) = k1 * grad(logp) is   |
+|      |                  | the unbiased KL gradient on policy               |
+| k3   | exp(d) - d - 1   | unbiased value, >= 0; DeepSeekMath (arXiv 2402.03300) |
+
+Each returns [N, T] per-token terms in float32; mask and reduce them with
+`grpo_jax.aggregation.aggregate` and add ``beta * aggregate(kl)`` to the loss.
+"""
+
+from typing import Callable, Tuple
+
+import jax.numpy as jnp
+
+from grpo_jax import aggregation
+
+# exp(20) ~ 4.9e8: large enough for any real log-ratio, small enough that
+# exp never overflows float32 and its gradient stays finite.
+LOG_RATIO_CLAMP = 20.0
+
+
+def _log_ratio(logp, ref_logp) -> jnp.ndarray:
+  """d = ref_logp - logp in float32, after checking both are [N, T]."""
+  aggregation.check_token_arrays(logp=logp, ref_logp=ref_logp)
+  return ref_logp.astype(jnp.float32) - logp.astype(jnp.float32)
+
+
+def k1(logp, ref_logp) -> jnp.ndarray:
+  """k1 = logp - ref_logp, the plain log-ratio.
+
+  Args:
+    logp: [N, T] log-probs of the sampled tokens under the policy.
+    ref_logp: [N, T] log-probs of the same tokens under the reference.
+
+  Returns:
+    [N, T] float32 per-token terms.
+  """
+  return -_log_ratio(logp, ref_logp)
+
+
+def k2(logp, ref_logp) -> jnp.ndarray:
+  """k2 = (ref_logp - logp)^2 / 2.
+
+  Args:
+    logp: [N, T] log-probs of the sampled tokens under the policy.
+    ref_logp: [N, T] log-probs of the same tokens under the reference.
+
+  Returns:
+    [N, T] float32 per-token terms.
+  """
+  return 0.5 * _log_ratio(logp, ref_logp)**2
+
+
+def k3(logp, ref_logp) -> jnp.ndarray:
+  """k3 = exp(d) - d - 1 with d = ref_logp - logp clamped to [-20, 20].
+
+  DeepSeekMath's estimator (arXiv 2402.03300). Outside the clamp the value is
+  constant and the gradient 0.
+
+  Args:
+    logp: [N, T] log-probs of the sampled tokens under the policy.
+    ref_logp: [N, T] log-probs of the same tokens under the reference.
+
+  Returns:
+    [N, T] float32 per-token terms, >= 0.
+  """
+  d = jnp.clip(_log_ratio(logp, ref_logp), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+  # expm1 keeps the value accurate (and >= 0) when d is near 0.
+  return jnp.expm1(d) - d
+
+
+_ESTIMATORS = {"k1": k1, "k2": k2, "k3": k3}
+
+
+def names() -> Tuple[str, ...]:
+  """The registered KL estimators, sorted."""
+  return tuple(sorted(_ESTIMATORS))
+
+
+def get(name: str) -> Callable[..., jnp.ndarray]:
+  """The estimator registered as `name`: ``fn(logp, ref_logp)``."""
+  if name not in _ESTIMATORS:
+    raise ValueError(
+        f"KL estimator {name!r} is unknown; choose one of {', '.join(names())}.")
+  return _ESTIMATORS[name]
