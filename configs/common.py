@@ -1,0 +1,301 @@
+"""Shared config pieces and `validate`; every variant file starts from here.
+
+A config is an ml_collections ConfigDict; every field has a concrete default
+(no None) so that any field can be overridden on the command line with
+``--config.a.b=value`` and an unknown key is an error. Zero means "automatic"
+where a comment says so.
+
+``get_config("tiny")`` (``--config=configs/x.py:tiny``) swaps in a random tiny
+model and tiny shapes: the whole loop runs in seconds, for tests and CI.
+"""
+
+import inspect
+
+import ml_collections
+
+# The tiny preset: a random model built offline, shapes that run in seconds.
+TINY_MODEL = "tiny"
+DECAYS = ("cosine", "linear", "constant")
+TASKS = ("arithmetic", "gsm8k", "jsonl")
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+  """GRPO (DeepSeekMath, arXiv 2402.03300) on SmolLM2 + the arithmetic task."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.model = ml_collections.ConfigDict()
+  # "smollm2-135m-instruct" (embedded), "tiny", or a safetensors/GGUF path.
+  c.model.name = "smollm2-135m-instruct"
+
+  c.data = ml_collections.ConfigDict()
+  c.data.task = "arithmetic"      # arithmetic | gsm8k | jsonl
+  c.data.path = ""                # the JSONL file when task == "jsonl"
+  c.data.system_prompt = ""       # "" = the task's default
+  c.data.max_operand = 20         # arithmetic task difficulty
+  c.data.prompt_buckets = (64, 128, 256)  # prompt lengths padded up to these
+  c.data.heldout_size = 64        # evaluate.py's held-out problems
+
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.num_prompts = 8       # P per step
+  c.rollout.num_generations = 8   # G per prompt
+  c.rollout.max_new_tokens = 96   # T
+  c.rollout.temperature = 1.0
+  c.rollout.top_k = 0             # 0 = off
+  c.rollout.top_p = 1.0
+  # DAPO dynamic sampling: resample until P groups have reward variance;
+  # groups still without it after max_rounds are masked out of the loss.
+  c.rollout.dynamic_sampling = False
+  c.rollout.max_rounds = 3
+  # Drop truncated completions' tokens from the loss (mask and denominator).
+  c.rollout.mask_truncated = False
+
+  c.rewards = ml_collections.ConfigDict()
+  c.rewards.functions = ("accuracy", "format")
+  c.rewards.weights = (1.0, 0.1)
+  c.rewards.multi_reward_mode = "sum_then_normalize"
+  # DAPO overlong shaping, in tokens: penalty ramps from 0 at
+  # max_length - cache_length to -1 at max_length.
+  c.rewards.overlong = ml_collections.ConfigDict()
+  c.rewards.overlong.enabled = False
+  c.rewards.overlong.max_length = 96
+  c.rewards.overlong.cache_length = 24
+  c.rewards.overlong.weight = 1.0
+
+  c.advantage = ml_collections.ConfigDict()
+  c.advantage.name = "grpo"
+  c.advantage.kwargs = ml_collections.ConfigDict(
+      dict(scale="group", eps=1e-6, ddof=1))
+
+  c.objective = ml_collections.ConfigDict()
+  c.objective.name = "ppo_clip"
+  c.objective.kwargs = ml_collections.ConfigDict(
+      dict(clip_low=0.2, clip_high=0.2))
+  c.objective.aggregation = "seq_mean_token_mean"
+  c.objective.horizon = 0         # required by seq_mean_token_sum_norm
+  # Options of a stateful objective's (init, update), e.g. R2VPO's lam0, eta.
+  c.objective.state = ml_collections.ConfigDict()
+
+  c.kl = ml_collections.ConfigDict()
+  c.kl.beta = 0.04                # 0 skips the reference model entirely
+  c.kl.estimator = "k3"
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.learning_rate = 1e-6
+  c.optimizer.warmup_steps = 0    # optimiser steps
+  c.optimizer.decay = "constant"  # cosine | linear | constant
+  c.optimizer.final_lr_fraction = 0.1
+  c.optimizer.weight_decay = 0.0
+  c.optimizer.b1 = 0.9
+  c.optimizer.b2 = 0.99
+  c.optimizer.eps = 1e-8
+  c.optimizer.max_grad_norm = 1.0
+
+  c.train = ml_collections.ConfigDict()
+  c.train.num_steps = 200
+  c.train.num_iterations = 1      # passes over each rollout batch
+  c.train.minibatch_size = 0      # rows per optimiser step; 0 = all N rows
+  c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
+  c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
+  c.train.chunk_size = 4096       # vocab chunk of the log-prob computation
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 50
+  c.checkpoint.max_to_keep = 3
+
+  c.metrics = ml_collections.ConfigDict()
+  c.metrics.tensorboard = True
+  c.metrics.plot = True
+
+  # Placeholder for the sharding module: (data, fsdp, tensor), -1 = the rest.
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.shape = (1, -1, 1)
+  c.mesh.axis_names = ("data", "fsdp", "tensor")
+  return c
+
+
+def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Random tiny model and tiny shapes: the loop end to end in seconds."""
+  c.model.name = TINY_MODEL
+  c.data.max_operand = 5
+  c.data.prompt_buckets = (32,)
+  c.rollout.num_prompts = 2
+  c.rollout.num_generations = max(2, min(c.rollout.num_generations, 4))
+  c.rollout.max_new_tokens = 8
+  c.rewards.overlong.max_length = 8
+  c.rewards.overlong.cache_length = 2
+  if c.objective.horizon:
+    c.objective.horizon = 8
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.warmup_steps = 0
+  c.train.num_steps = 4
+  c.train.chunk_size = 64
+  c.checkpoint.every = 2
+  c.data.heldout_size = 4
+  return c
+
+
+def finalize(c: ml_collections.ConfigDict, arg=None
+             ) -> ml_collections.ConfigDict:
+  """Applies the ``:arg`` of ``--config=configs/x.py:arg`` ("tiny" or None)."""
+  if arg in (None, ""):
+    return c
+  if arg == TINY_MODEL:
+    return use_tiny(c)
+  raise ValueError(f"config argument {arg!r} is unknown; use 'tiny' or none.")
+
+
+def _fail(field: str, problem: str, fix: str):
+  raise ValueError(f"config.{field}: {problem}; {fix}.")
+
+
+def _check_choice(field, value, choices):
+  if value not in choices:
+    _fail(field, f"{value!r} is unknown",
+          f"choose one of {', '.join(map(str, choices))}")
+
+
+def _check_kwargs(field, fn, kwargs, positional):
+  """Every key of `kwargs` must be a keyword argument of `fn`."""
+  params = inspect.signature(fn).parameters
+  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    return
+  allowed = [n for n in params if n not in positional]
+  for key in kwargs:
+    if key not in allowed:
+      _fail(f"{field}.{key}", f"{fn.__name__} takes no argument {key!r}",
+            f"use one of {', '.join(allowed) or '(none)'}")
+
+
+def _positive(c, field, *, allow_zero=False):
+  value = c
+  for part in field.split("."):
+    value = value[part]
+  if value < 0 or (value == 0 and not allow_zero):
+    bound = ">= 0" if allow_zero else "> 0"
+    _fail(field, f"{value!r} is not {bound}", f"set a value {bound}")
+
+
+def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Raises ValueError naming the field and the fix; returns `c` if valid.
+
+  Called before any model is loaded or any function compiled.
+  """
+  # Late imports: configs stay importable without jax until validation.
+  from grpo_jax import advantages, aggregation, kl, objectives  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+
+  if not c.model.name:
+    _fail("model.name", "is empty",
+          "use 'smollm2-135m-instruct', 'tiny', or a checkpoint path")
+  _check_choice("data.task", c.data.task, TASKS)
+  if c.data.task == "jsonl" and not c.data.path:
+    _fail("data.path", "is empty but data.task='jsonl'",
+          "set --config.data.path=/path/to/file.jsonl")
+  if not c.data.prompt_buckets or any(b <= 0 for b in c.data.prompt_buckets):
+    _fail("data.prompt_buckets", f"{c.data.prompt_buckets!r} is invalid",
+          "give positive prompt lengths, e.g. (64, 128)")
+
+  r = c.rollout
+  for field in ("num_prompts", "num_generations", "max_new_tokens",
+                "max_rounds"):
+    _positive(c, f"rollout.{field}")
+  _positive(c, "rollout.temperature")
+  _positive(c, "rollout.top_k", allow_zero=True)
+  if not 0.0 < r.top_p <= 1.0:
+    _fail("rollout.top_p", f"{r.top_p!r} is outside (0, 1]", "set 0 < top_p <= 1")
+
+  known = rewards.names()
+  for name in c.rewards.functions:
+    if name not in known:
+      _fail("rewards.functions", f"{name!r} is unknown",
+            f"choose from {', '.join(known)}")
+  if not c.rewards.functions:
+    _fail("rewards.functions", "is empty", "name at least one reward function")
+  if len(c.rewards.weights) != len(c.rewards.functions):
+    _fail("rewards.weights",
+          f"has {len(c.rewards.weights)} entries for "
+          f"{len(c.rewards.functions)} reward functions",
+          "give one weight per reward function")
+  _check_choice("rewards.multi_reward_mode", c.rewards.multi_reward_mode,
+                advantages.MULTI_REWARD_MODES)
+  o = c.rewards.overlong
+  if o.enabled:
+    if not 0 <= o.cache_length < o.max_length:
+      _fail("rewards.overlong.cache_length",
+            f"{o.cache_length} is not in [0, max_length={o.max_length})",
+            "set 0 <= cache_length < max_length")
+    if o.max_length > r.max_new_tokens:
+      _fail("rewards.overlong.max_length",
+            f"{o.max_length} exceeds rollout.max_new_tokens={r.max_new_tokens}",
+            "set max_length <= rollout.max_new_tokens")
+
+  _check_choice("advantage.name", c.advantage.name, advantages.names())
+  if (c.rewards.multi_reward_mode == "normalize_then_sum"
+      and len(c.rewards.functions) > 1 and c.advantage.name != "grpo"):
+    _fail("rewards.multi_reward_mode",
+          "'normalize_then_sum' (GDPO) is defined for advantage.name='grpo'",
+          "use 'sum_then_normalize' or advantage.name='grpo'")
+  _check_kwargs("advantage.kwargs", advantages.get(c.advantage.name),
+                c.advantage.kwargs, positional=("rewards",))
+
+  _check_choice("objective.name", c.objective.name, objectives.names())
+  _check_kwargs("objective.kwargs", objectives.get(c.objective.name),
+                c.objective.kwargs, positional=objective_arrays())
+  _check_choice("objective.aggregation", c.objective.aggregation,
+                aggregation.MODES)
+  if (c.objective.aggregation == "seq_mean_token_sum_norm"
+      and c.objective.horizon <= 0):
+    _fail("objective.horizon",
+          "is required by aggregation='seq_mean_token_sum_norm'",
+          "set it to the max completion length, "
+          f"--config.objective.horizon={r.max_new_tokens}")
+
+  _positive(c, "kl.beta", allow_zero=True)
+  _check_choice("kl.estimator", c.kl.estimator, kl.names())
+
+  _positive(c, "optimizer.learning_rate", allow_zero=True)
+  _positive(c, "optimizer.warmup_steps", allow_zero=True)
+  _positive(c, "optimizer.weight_decay", allow_zero=True)
+  _positive(c, "optimizer.max_grad_norm")
+  _check_choice("optimizer.decay", c.optimizer.decay, DECAYS)
+  if not 0.0 <= c.optimizer.final_lr_fraction <= 1.0:
+    _fail("optimizer.final_lr_fraction",
+          f"{c.optimizer.final_lr_fraction!r} is outside [0, 1]",
+          "set a fraction of the peak learning rate")
+
+  t = c.train
+  _positive(c, "train.num_steps")
+  _positive(c, "train.num_iterations")
+  for field in ("minibatch_size", "microbatch_size", "logprob_batch_size"):
+    _positive(c, f"train.{field}", allow_zero=True)
+  _positive(c, "train.chunk_size")
+  rows = r.num_prompts * r.num_generations
+  minibatch = t.minibatch_size or rows
+  if rows % minibatch:
+    _fail("train.minibatch_size",
+          f"{minibatch} does not divide the N={rows} rows of a step "
+          f"(num_prompts * num_generations)",
+          "choose a divisor of N, or 0 for all rows")
+  micro = t.microbatch_size or minibatch
+  if minibatch % micro:
+    _fail("train.microbatch_size",
+          f"{micro} does not divide the minibatch of {minibatch} rows",
+          "choose a divisor of the minibatch, or 0 for no accumulation")
+  if t.logprob_batch_size and rows % t.logprob_batch_size:
+    _fail("train.logprob_batch_size",
+          f"{t.logprob_batch_size} does not divide the N={rows} rows",
+          "choose a divisor of N, or 0 for all rows")
+
+  _positive(c, "checkpoint.every")
+  _positive(c, "checkpoint.max_to_keep")
+  if len(c.mesh.shape) != len(c.mesh.axis_names):
+    _fail("mesh.shape", f"{c.mesh.shape} does not match axis_names "
+          f"{c.mesh.axis_names}", "give one size per axis")
+  return c
+
+
+def objective_arrays():
+  """The array arguments every objective takes before its keyword options."""
+  return ("logp", "old_logp", "advantages", "mask", "aggregation", "horizon",
+          "lam")
