@@ -42,3 +42,29 @@ def random_mask(key, shape, *, min_length=1):
 
 def numpy(x):
   return np.asarray(jax.device_get(x))
+
+
+# A character-level chat tokenizer, built offline: every printable ASCII
+# character is one token. Used by the `tiny` model option of the configs.
+TINY_SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def tiny_tokenizer():
+  """A transformers tokenizer over single characters (100 ids, pad 0, eos 1)."""
+  import string  # pylint: disable=g-import-not-at-top
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  chars = sorted(set(string.printable) - set("\x0b\x0c\r"))
+  vocab = {t: i for i, t in enumerate(list(TINY_SPECIAL_TOKENS) + chars)}
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
+      tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+  tok.decoder = tokenizers.decoders.Fuse()
+  tokenizer = transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+      unk_token="<unk>")
+  tokenizer.chat_template = TINY_CHAT_TEMPLATE
+  return tokenizer
