@@ -1,0 +1,346 @@
+"""Tasks: the embedded arithmetic task, GSM8K (tfds), JSONL files.
+
+Every source is a `Dataset`: ``train(step, batch_size)`` gives the batch of
+training step `step`, a pure function of (seed, step), so a resumed run sees the
+same data in the same order; ``heldout(n)`` gives n evaluation examples that no
+training batch ever contains.
+
+| source            | train                          | heldout                  |
+|-------------------|--------------------------------|--------------------------|
+| `ArithmeticTask`  | fresh problems per step        | a hash-split of problems |
+| `ListDataset`     | a seeded permutation per epoch | a fixed list             |
+
+The answer-format instruction (`rewards.ANSWER_INSTRUCTION`) is part of the
+question text, so the prompt and the format reward agree.
+"""
+
+import hashlib
+import itertools
+import json
+import os
+from typing import List, NamedTuple, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+
+from grpo_jax.rewards import ANSWER_INSTRUCTION
+
+OPERATORS = ("+", "-", "*")
+
+# Problem spaces up to this size are enumerated to find every held-out problem.
+_ENUMERATE_LIMIT = 200_000
+
+
+class Example(NamedTuple):
+  """One question and its reference answer (the text the reward checks)."""
+  question: str
+  answer: str
+
+
+class Dataset(Protocol):
+  """What the trainer needs from any source of examples."""
+
+  def train(self, step: int, batch_size: int) -> List[Example]:
+    """The `batch_size` prompts of training step `step` (deterministic)."""
+
+  def heldout(self, n: int) -> List[Example]:
+    """n evaluation examples, disjoint from every training batch."""
+
+
+def _check_step_and_size(step: int, batch_size: int) -> None:
+  if step < 0:
+    raise ValueError(f"step must be >= 0; got {step!r}.")
+  if batch_size <= 0:
+    raise ValueError(f"batch_size must be positive; got {batch_size!r}.")
+
+
+def _unit_hash(text: str) -> float:
+  """A stable number in [0, 1) from `text` (the same in every process)."""
+  digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+  return int.from_bytes(digest, "big") / 2.0**64
+
+
+def _with_instruction(question: str, instruction: Optional[str]) -> str:
+  return f"{question} {instruction}" if instruction else question
+
+
+def format_prompt(tokenizer, question: str, *,
+                  system_prompt: Optional[str] = None) -> str:
+  """The chat-formatted prompt text, ending where the assistant's turn starts.
+
+  Args:
+    tokenizer: a transformers tokenizer with a chat template.
+    question: the user message (it carries the answer-format instruction).
+    system_prompt: optional system message; None keeps the template's default.
+
+  Returns:
+    The prompt string (tokenize it with ``add_special_tokens=False``: the
+    template already wrote the special tokens).
+  """
+  if not getattr(tokenizer, "chat_template", None):
+    raise ValueError(
+        "tokenizer has no chat_template; use an instruct model's tokenizer or "
+        "set tokenizer.chat_template.")
+  messages = [{"role": "user", "content": question}]
+  if system_prompt is not None:
+    messages.insert(0, {"role": "system", "content": system_prompt})
+  return tokenizer.apply_chat_template(
+      messages, tokenize=False, add_generation_prompt=True)
+
+
+def _evaluate(numbers: Sequence[int], ops: Sequence[str]) -> int:
+  """Value of n0 op0 n1 op1 ... with * binding tighter than + and -."""
+  terms, signs = [numbers[0]], [1]
+  for op, number in zip(ops, numbers[1:]):
+    if op == "*":
+      terms[-1] *= number
+    else:
+      terms.append(number)
+      signs.append(1 if op == "+" else -1)
+  return sum(sign * term for sign, term in zip(signs, terms))
+
+
+def _expression(numbers: Sequence[int], ops: Sequence[str]) -> str:
+  parts = [str(numbers[0])]
+  for op, number in zip(ops, numbers[1:]):
+    parts += [op, str(number)]
+  return " ".join(parts)
+
+
+class ArithmeticTask:
+  """Generated arithmetic problems with exact answers, e.g. "What is 3 + 5?".
+
+  Operands are uniform in [0, 10**digits); operators uniform over `ops`; the
+  usual precedence applies (* before + and -). A problem is held out when a
+  hash of its expression falls below `heldout_fraction`: the split depends on
+  the problem alone, so training never sees a held-out problem, for any seed,
+  and every seed is evaluated on the same problems.
+
+  With the defaults (single-digit sums) the space holds only 100 problems, 20
+  of them held out.
+  """
+
+  def __init__(self, digits: int = 1, ops: Sequence[str] = ("+",),
+               operands: int = 2, seed: int = 0, *,
+               heldout_fraction: float = 0.2,
+               instruction: Optional[str] = ANSWER_INSTRUCTION):
+    """Args:
+      digits: operands have at most this many digits (>= 1).
+      ops: operators to draw from, a nonempty subset of `OPERATORS`.
+      operands: numbers per problem (>= 2).
+      seed: seeds the training stream (not the split).
+      heldout_fraction: share of the problem space held out, in (0, 1).
+      instruction: appended to every question (the answer format).
+    """
+    ops = tuple(ops)
+    if digits < 1:
+      raise ValueError(f"digits must be >= 1; got {digits!r}.")
+    if operands < 2:
+      raise ValueError(f"operands must be >= 2; got {operands!r}.")
+    if not ops or len(set(ops)) != len(ops) or not set(ops) <= set(OPERATORS):
+      raise ValueError(
+          f"ops must be distinct operators from {OPERATORS}; got {ops!r}.")
+    if not 0.0 < heldout_fraction < 1.0:
+      raise ValueError(
+          f"heldout_fraction must be in (0, 1); got {heldout_fraction!r}.")
+    if seed < 0:
+      raise ValueError(f"seed must be >= 0; got {seed!r}.")
+    self.digits, self.ops, self.operands = digits, ops, operands
+    self.seed, self.heldout_fraction = seed, heldout_fraction
+    self.instruction = instruction
+
+  @property
+  def num_problems(self) -> int:
+    """Size of the problem space."""
+    return (10**self.digits)**self.operands * len(self.ops)**(self.operands - 1)
+
+  def is_heldout(self, expression: str) -> bool:
+    """Whether the problem "`expression`" (e.g. "3 + 5") is held out."""
+    return _unit_hash(expression) < self.heldout_fraction
+
+  def _example(self, numbers, ops) -> Example:
+    question = _with_instruction(f"What is {_expression(numbers, ops)}?",
+                                 self.instruction)
+    return Example(question, str(_evaluate(numbers, ops)))
+
+  def _draw(self, rng) -> Tuple[Tuple[int, ...], Tuple[str, ...]]:
+    numbers = rng.integers(0, 10**self.digits, size=self.operands)
+    ops = rng.integers(0, len(self.ops), size=self.operands - 1)
+    return tuple(int(x) for x in numbers), tuple(self.ops[i] for i in ops)
+
+  def train(self, step: int, batch_size: int) -> List[Example]:
+    """`batch_size` problems, drawn with replacement, none held out.
+
+    A pure function of (seed, step).
+    """
+    _check_step_and_size(step, batch_size)
+    rng = np.random.default_rng((self.seed, step))
+    batch = []
+    while len(batch) < batch_size:
+      numbers, ops = self._draw(rng)
+      if not self.is_heldout(_expression(numbers, ops)):
+        batch.append(self._example(numbers, ops))
+    return batch
+
+  def heldout(self, n: int) -> List[Example]:
+    """n distinct held-out problems, the same for every seed."""
+    if n <= 0:
+      raise ValueError(f"n must be positive; got {n!r}.")
+    if self.num_problems <= _ENUMERATE_LIMIT:
+      problems = [
+          (numbers, ops)
+          for numbers in itertools.product(range(10**self.digits),
+                                           repeat=self.operands)
+          for ops in itertools.product(self.ops, repeat=self.operands - 1)
+          if self.is_heldout(_expression(numbers, ops))]
+      if n > len(problems):
+        raise ValueError(
+            f"n={n} but only {len(problems)} of the {self.num_problems} "
+            "problems are held out; raise heldout_fraction, digits or "
+            "operands.")
+      # Ordered by hash: a fixed shuffle, independent of the seed.
+      problems.sort(key=lambda p: _unit_hash("order:" + _expression(*p)))
+      return [self._example(*p) for p in problems[:n]]
+    rng = np.random.default_rng(0)
+    seen, examples = set(), []
+    while len(examples) < n:
+      numbers, ops = self._draw(rng)
+      expression = _expression(numbers, ops)
+      if expression not in seen and self.is_heldout(expression):
+        seen.add(expression)
+        examples.append(self._example(numbers, ops))
+    return examples
+
+
+class ListDataset:
+  """A `Dataset` over fixed example lists (GSM8K, JSONL files).
+
+  Training walks through `train_examples` in a new seeded permutation each
+  epoch; batch `step` covers stream positions [step*B, (step+1)*B), so it is a
+  pure function of (seed, step, B) and batches can straddle epochs.
+  """
+
+  def __init__(self, train_examples: Sequence[Example],
+               heldout_examples: Sequence[Example] = (), *, seed: int = 0):
+    if not train_examples:
+      raise ValueError("train_examples is empty.")
+    self.train_examples = list(train_examples)
+    self.heldout_examples = list(heldout_examples)
+    self.seed = seed
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    rng = np.random.default_rng((self.seed, epoch))
+    return rng.permutation(len(self.train_examples))
+
+  def train(self, step: int, batch_size: int) -> List[Example]:
+    _check_step_and_size(step, batch_size)
+    size = len(self.train_examples)
+    batch, permutations = [], {}
+    for position in range(step * batch_size, (step + 1) * batch_size):
+      epoch, index = divmod(position, size)
+      if epoch not in permutations:
+        permutations[epoch] = self._permutation(epoch)
+      batch.append(self.train_examples[permutations[epoch][index]])
+    return batch
+
+  def heldout(self, n: int) -> List[Example]:
+    """The first n held-out examples, in their stored order."""
+    if not 0 < n <= len(self.heldout_examples):
+      raise ValueError(
+          f"n must be in [1, {len(self.heldout_examples)}] (the held-out "
+          f"examples available); got {n!r}.")
+    return self.heldout_examples[:n]
+
+
+def split_heldout(examples: Sequence[Example], *, fraction: float
+                  ) -> Tuple[List[Example], List[Example]]:
+  """(train, heldout) by a hash of each question: stable across runs.
+
+  Duplicated questions land on the same side, so the split stays disjoint.
+  """
+  if not 0.0 < fraction < 1.0:
+    raise ValueError(f"fraction must be in (0, 1); got {fraction!r}.")
+  train, heldout = [], []
+  for example in examples:
+    side = heldout if _unit_hash(example.question) < fraction else train
+    side.append(example)
+  return train, heldout
+
+
+def _text(value) -> str:
+  if isinstance(value, bytes):
+    return value.decode("utf-8")
+  return str(value)
+
+
+def gsm8k(split: str, *, data_dir: Optional[str] = None,
+          instruction: Optional[str] = ANSWER_INSTRUCTION) -> List[Example]:
+  """GSM8K (arXiv 2110.14168) through ``tfds.data_source`` (no TensorFlow).
+
+  The answer is the final number, the text after "#### " in the solution
+  (tfds's ``short_answer``).
+
+  Args:
+    split: a tfds split, e.g. "train", "test" or "train[:100]".
+    data_dir: tfds data directory holding the prepared dataset.
+    instruction: appended to every question (the answer format).
+
+  Returns:
+    The split's examples in stored order.
+  """
+  # Imported here: tfds is slow to import and only this source needs it.
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  # Importing the builder registers "gsm8k" (tfds does not import text
+  # builders when TensorFlow is absent).
+  from tensorflow_datasets.text.gsm8k import gsm8k as _  # pylint: disable=g-import-not-at-top,unused-import
+  source = tfds.data_source("gsm8k", split=split, data_dir=data_dir)
+  examples = []
+  for i in range(len(source)):
+    record = source[i]
+    if "short_answer" in record:
+      answer = _text(record["short_answer"])
+    else:
+      answer = _text(record["answer"]).split("####")[-1]
+    question = _with_instruction(_text(record["question"]).strip(), instruction)
+    examples.append(Example(question, answer.strip().replace(",", "")))
+  return examples
+
+
+def jsonl(path: str, *, question_key: str = "question",
+          answer_key: str = "answer",
+          instruction: Optional[str] = None) -> List[Example]:
+  """Examples from a JSON-lines file of objects; blank lines are skipped.
+
+  Args:
+    path: the file.
+    question_key: key of the question in each object.
+    answer_key: key of the reference answer (numbers become strings).
+    instruction: appended to every question, e.g. `ANSWER_INSTRUCTION`.
+
+  Returns:
+    The examples in file order. A malformed line or a missing key raises a
+    ValueError naming the file, the line number and the key.
+  """
+  name = os.fspath(path)
+  examples = []
+  with open(name, encoding="utf-8") as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{name}:{line_number}: not valid JSON ({error.msg}).") from error
+      if not isinstance(record, dict):
+        raise ValueError(
+            f"{name}:{line_number}: expected a JSON object, got "
+            f"{type(record).__name__}.")
+      for key in (question_key, answer_key):
+        if key not in record:
+          raise ValueError(
+              f"{name}:{line_number}: missing key {key!r} (keys: "
+              f"{sorted(record)}); set question_key= / answer_key=.")
+      examples.append(Example(
+          _with_instruction(_text(record[question_key]), instruction),
+          _text(record[answer_key])))
+  return examples
