@@ -47,14 +47,15 @@ def check_token_arrays(**arrays) -> None:
   """Checks that every named array is [N, T] and that all shapes agree."""
   shape = None
   for name, x in arrays.items():
-    if x.ndim != 2:
-      raise ValueError(f"{name} must be [N, T] (rank 2); got shape {x.shape}.")
-    if shape is not None and x.shape != shape:
+    x_shape = jnp.shape(x)  # also for lists and numpy arrays
+    if len(x_shape) != 2:
+      raise ValueError(f"{name} must be [N, T] (rank 2); got shape {x_shape}.")
+    if shape is not None and x_shape != shape:
       first = next(iter(arrays))
       raise ValueError(
-          f"{name} has shape {x.shape} but {first} has shape {shape}; they "
+          f"{name} has shape {x_shape} but {first} has shape {shape}; they "
           "must match.")
-    shape = x.shape
+    shape = x_shape
 
 
 def sum_and_count(values, mask, mode: str, *, horizon: Optional[int] = None
@@ -72,8 +73,9 @@ def sum_and_count(values, mask, mode: str, *, horizon: Optional[int] = None
   """
   check_mode(mode, horizon)
   check_token_arrays(values=values, mask=mask)
-  values = values.astype(jnp.float32)
-  mask = mask.astype(jnp.float32)
+  # jnp, not .astype: numpy inputs would otherwise compute inf*0 in numpy.
+  values = jnp.asarray(values, jnp.float32)
+  mask = jnp.asarray(mask, jnp.float32)
   # where(), not multiplication: a NaN or inf under padding must not leak in.
   masked = jnp.where(mask > 0, values * mask, 0.0)
   lengths = mask.sum(axis=-1)
@@ -92,8 +94,13 @@ def sum_and_count(values, mask, mode: str, *, horizon: Optional[int] = None
 
 def sequence_sum_and_count(values, row_mask) -> SumCount:
   """(sum, count) of a per-sequence term [N] over rows with ``row_mask > 0``."""
-  row_mask = row_mask.astype(jnp.float32)
-  total = jnp.where(row_mask > 0, values.astype(jnp.float32) * row_mask, 0.0)
+  if jnp.ndim(values) != 1 or jnp.shape(values) != jnp.shape(row_mask):
+    raise ValueError(
+        f"values and row_mask must both be [N]; got shapes {jnp.shape(values)} "
+        f"and {jnp.shape(row_mask)}.")
+  row_mask = jnp.asarray(row_mask, jnp.float32)
+  total = jnp.where(row_mask > 0,
+                    jnp.asarray(values, jnp.float32) * row_mask, 0.0)
   return SumCount(total.sum(), row_mask.sum())
 
 

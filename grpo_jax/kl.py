@@ -28,7 +28,8 @@ LOG_RATIO_CLAMP = 20.0
 def _log_ratio(logp, ref_logp) -> jnp.ndarray:
   """d = ref_logp - logp in float32, after checking both are [N, T]."""
   aggregation.check_token_arrays(logp=logp, ref_logp=ref_logp)
-  return ref_logp.astype(jnp.float32) - logp.astype(jnp.float32)
+  return (jnp.asarray(ref_logp, jnp.float32) -
+          jnp.asarray(logp, jnp.float32))
 
 
 def k1(logp, ref_logp) -> jnp.ndarray:
