@@ -11,3 +11,11 @@ from grpo_jax.models.transformer import (
     positions_from_mask,
     unembedding,
 )
+from grpo_jax.models.loading import (
+    EMBEDDED_MODELS,
+    eos_ids,
+    load,
+    load_gguf,
+    load_hf_checkpoint,
+    load_tokenizer,
+)
