@@ -28,7 +28,8 @@ setup(
     extras_require={
         # torch only as a reference in tests and benchmarks; install
         # torch==2.13.0 first on CPU machines (see README).
-        "test": ["pytest>=8", "torch>=2.4"],
+        # accelerate: transformers needs it to load the GGUF reference model.
+        "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26"],
         "bench": ["torch>=2.4", "trl>=0.20"],
         "notebooks": ["jupyter", "matplotlib>=3.8"],
     },
