@@ -95,6 +95,7 @@ def rms_norm(x, weight, eps):
   x32 = x.astype(jnp.float32)
   normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True)
                                + eps)
+  weight = weight.reshape((1,) * (x.ndim - 1) + weight.shape)
   return normed.astype(x.dtype) * weight.astype(x.dtype)
 
 
@@ -106,7 +107,7 @@ def rope_cos_sin(positions, head_dim, theta):
   """
   inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32)
                               / head_dim))
-  angles = positions.astype(jnp.float32)[..., None] * inv_freq
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
   angles = jnp.concatenate([angles, angles], axis=-1)
   return jnp.cos(angles), jnp.sin(angles)
 
@@ -153,8 +154,9 @@ class Attention(nn.Module):
       w = self.param(name, _dense_init, (d, width), pdtype)
       y = x @ w.astype(dtype)
       if cfg.qkv_bias:
-        y = y + self.param(f"{name}_bias", nn.initializers.zeros, (width,),
-                           pdtype).astype(dtype)
+        bias = self.param(f"{name}_bias", nn.initializers.zeros, (width,),
+                          pdtype)
+        y = y + bias[None, None, :].astype(dtype)
       return y
 
     q = project("q", h * hd).reshape(b, s, h, hd)
