@@ -1,0 +1,304 @@
+"""Per-token log-probs and entropy from hidden states, without [N, T, V] logits.
+
+The policy model returns hidden states; the trainer needs, for every completion
+token, the log-probability of the sampled token and the entropy of the tempered
+next-token distribution:
+
+    z      = (h @ W) / temperature                       [V] per position
+    logp   = z[target] - logsumexp(z)
+    entropy = -sum_v softmax(z)_v * log softmax(z)_v
+
+A naive implementation materialises the [N, T, V] float32 logits (12.9 GB for
+64 x 1024 tokens of a 49152-word vocabulary), and autodiff keeps them, or the
+softmax, for the backward pass. `token_logprobs` instead walks over chunks of
+rows (the N*T positions flattened) with a custom VJP: the forward pass keeps
+only the per-row logsumexp and entropy, and the backward pass recomputes one
+[chunk, V] logits block at a time (one extra matmul, the price of not storing
+them), turns it into the logit gradient in a single fused elementwise pass, and
+accumulates the gradients of the hidden states and of the unembedding.
+
+The sampler computes logits for one position at a time and must score them
+exactly as the trainer does (PITFALLS: temperature on one side only), so it
+uses `project_logits` and `tempered_log_softmax` from this module too.
+"""
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+# Bytes of float32 logits one chunk may hold. Small chunks keep a CPU matmul's
+# operands near the caches; large ones keep an accelerator busy between the
+# while-loop iterations.
+CPU_CHUNK_BYTES = 32 * 2**20
+ACCELERATOR_CHUNK_BYTES = 512 * 2**20
+
+
+class TokenLogprobs(NamedTuple):
+  """Per-token results of `token_logprobs`, both float32 [N, T]."""
+  logp: jnp.ndarray
+  entropy: jnp.ndarray
+
+
+def project_logits(hidden, unembedding):
+  """Logits ``hidden @ unembedding`` accumulated in float32.
+
+  bf16 operands are multiplied exactly and summed in float32, so the sampler
+  and the trainer see the same logits whatever the parameter dtype.
+
+  Args:
+    hidden: [..., D] hidden states.
+    unembedding: [D, V] output projection (the transposed embedding when tied).
+
+  Returns:
+    [..., V] float32 logits.
+  """
+  return lax.dot_general(
+      hidden, unembedding,
+      (((hidden.ndim - 1,), (0,)), ((), ())),
+      preferred_element_type=jnp.float32)
+
+
+def tempered_log_softmax(logits, temperature: float = 1.0):
+  """``log softmax(logits / temperature)`` in float32 over the last axis.
+
+  The sampler draws from this distribution and `token_logprobs` scores with it;
+  using the same temperature on both sides keeps the importance ratio at 1 for
+  an unchanged policy.
+
+  Args:
+    logits: [..., V] logits, any float dtype.
+    temperature: a positive Python float.
+
+  Returns:
+    [..., V] float32 log-probabilities.
+  """
+  temperature = _check_temperature(temperature)
+  return jax.nn.log_softmax(_temper(logits.astype(jnp.float32), temperature),
+                            axis=-1)
+
+
+def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
+  """Rows per chunk so that one chunk of float32 logits fits the byte budget.
+
+  Args:
+    vocab_size: V.
+    backend: ``'cpu'``, ``'gpu'``, ``'tpu'``; defaults to JAX's backend.
+
+  Returns:
+    A positive int: a multiple of 128 on accelerators (MXU/tensor-core tiles),
+    of 8 on CPU.
+  """
+  backend = backend or jax.default_backend()
+  on_cpu = backend == "cpu"
+  budget = CPU_CHUNK_BYTES if on_cpu else ACCELERATOR_CHUNK_BYTES
+  multiple = 8 if on_cpu else 128
+  rows = budget // (4 * vocab_size)
+  return max(multiple, rows // multiple * multiple)
+
+
+def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
+                   chunk_size: Optional[int] = None) -> TokenLogprobs:
+  """Log-probs of `targets` and entropies under ``softmax(h @ W / temperature)``.
+
+      z_{nt}    = hidden[n, t] @ unembedding / temperature
+      logp_{nt} = z_{nt}[targets[n, t]] - logsumexp(z_{nt})
+      H_{nt}    = -sum_v p_v log p_v,   p = softmax(z_{nt})
+
+  All softmax arithmetic is float32 (bf16 operands are multiplied with float32
+  accumulation); the [N, T, V] logits never exist, in the forward or the
+  backward pass: rows are processed `chunk_size` at a time, and the backward
+  pass recomputes each chunk's logits once. A last chunk that does not fill up
+  is shifted back to overlap its predecessor, so nothing is padded or copied.
+
+  Gradients flow to `hidden` and `unembedding` from both outputs; the entropy
+  gradient ``dH/dz_v = -p_v (log p_v + H)`` is exact (apply
+  `jax.lax.stop_gradient` to the entropy to use it as a diagnostic only). The
+  gradient matmuls run in the inputs' dtype with float32 accumulation, and the
+  gradients come back in the inputs' dtypes. Targets outside [0, V) give NaN.
+
+  Args:
+    hidden: [N, T, D] final hidden states (after the final norm) at the
+      positions that predict `targets`.
+    unembedding: [D, V] output projection.
+    targets: [N, T] integer token ids.
+    temperature: positive Python float; the sampler's temperature.
+    chunk_size: rows (of the N*T) per chunk; None picks
+      `default_chunk_size(V)` for the current backend.
+
+  Returns:
+    TokenLogprobs(logp [N, T] float32, entropy [N, T] float32).
+  """
+  _check_inputs(hidden, unembedding, targets)
+  temperature = _check_temperature(temperature)
+  vocab_size = unembedding.shape[1]
+  if chunk_size is None:
+    chunk_size = default_chunk_size(vocab_size)
+  if (isinstance(chunk_size, bool)
+      or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
+    raise ValueError(
+        f"chunk_size must be a positive int (rows per chunk) or None; got "
+        f"{chunk_size!r}.")
+  n, t, d = hidden.shape
+  rows = n * t
+  if rows == 0:
+    empty = jnp.zeros((n, t), jnp.float32)
+    return TokenLogprobs(empty, empty)
+  chunk = min(int(chunk_size), rows)
+  logp, entropy = _logprobs_rows(
+      hidden.reshape(rows, d), unembedding,
+      targets.reshape(rows).astype(jnp.int32), temperature, chunk)
+  return TokenLogprobs(logp.reshape(n, t), entropy.reshape(n, t))
+
+
+def _check_inputs(hidden, unembedding, targets) -> None:
+  if getattr(hidden, "ndim", None) != 3:
+    raise ValueError(
+        f"hidden must be [N, T, D] (rank 3); got shape "
+        f"{getattr(hidden, 'shape', type(hidden))}. Reshape flat rows to "
+        "[1, R, D].")
+  if getattr(unembedding, "ndim", None) != 2:
+    raise ValueError(
+        f"unembedding must be [D, V] (rank 2); got shape "
+        f"{getattr(unembedding, 'shape', type(unembedding))}.")
+  if getattr(targets, "ndim", None) != 2:
+    raise ValueError(
+        f"targets must be [N, T] (rank 2); got shape "
+        f"{getattr(targets, 'shape', type(targets))}.")
+  for name, x in (("hidden", hidden), ("unembedding", unembedding)):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise ValueError(f"{name} must be a float array; got dtype {x.dtype}.")
+  if not jnp.issubdtype(targets.dtype, jnp.integer):
+    raise ValueError(
+        f"targets must be integer token ids; got dtype {targets.dtype}.")
+  if hidden.shape[2] != unembedding.shape[0]:
+    raise ValueError(
+        f"unembedding must be [D, V] with D = hidden.shape[-1] = "
+        f"{hidden.shape[2]}; got shape {unembedding.shape}. Pass the embedding "
+        "table transposed ([V, D] -> [D, V]) for tied embeddings.")
+  if targets.shape != hidden.shape[:2]:
+    raise ValueError(
+        f"targets must be [N, T] = {hidden.shape[:2]} (hidden's leading "
+        f"axes); got shape {targets.shape}.")
+
+
+def _check_temperature(temperature) -> float:
+  try:
+    value = float(temperature)
+  except (TypeError, jax.errors.ConcretizationTypeError) as error:
+    raise ValueError(
+        "temperature must be a concrete positive Python float (it is a "
+        f"hyperparameter, not a traced value); got {temperature!r}.") from error
+  if not (np.isfinite(value) and value > 0):
+    raise ValueError(f"temperature must be finite and > 0; got {temperature!r}.")
+  return value
+
+
+def _temper(logits, temperature: float):
+  # Division, not multiplication by 1/temperature: the sampler and the trainer
+  # must round identically.
+  return logits if temperature == 1.0 else logits / temperature
+
+
+def _chunk_start(i, chunk: int, rows: int):
+  # The last chunk ends at `rows`, overlapping its predecessor instead of
+  # reading past the end.
+  return jnp.minimum(i * chunk, rows - chunk)
+
+
+def _num_chunks(chunk: int, rows: int) -> int:
+  return -(-rows // chunk)
+
+
+def _chunk_forward(hidden_rows, unembedding, targets, temperature: float):
+  """(logp, logsumexp, entropy), each [C], for one chunk of rows."""
+  z = _temper(project_logits(hidden_rows, unembedding), temperature)
+  z_max = lax.stop_gradient(z.max(axis=-1, keepdims=True))
+  shifted = z - z_max
+  exp_shifted = jnp.exp(shifted)
+  total = exp_shifted.sum(axis=-1)
+  log_total = jnp.log(total)
+  # Same rounding as jax.nn.log_softmax: (z - max) - log(sum(exp(z - max))).
+  # Out-of-range targets read NaN instead of a silent clamp.
+  z_target = jnp.take_along_axis(z, targets[:, None], axis=-1, mode="fill",
+                                 fill_value=jnp.nan)[:, 0]
+  logp = (z_target - z_max[:, 0]) - log_total
+  entropy = log_total - (exp_shifted * shifted).sum(axis=-1) / total
+  return logp, z_max[:, 0] + log_total, entropy
+
+
+def _forward_rows(temperature, chunk, hidden, unembedding, targets):
+  rows = hidden.shape[0]
+
+  def body(i, buffers):
+    start = _chunk_start(i, chunk, rows)
+    results = _chunk_forward(
+        lax.dynamic_slice_in_dim(hidden, start, chunk),
+        unembedding,
+        lax.dynamic_slice_in_dim(targets, start, chunk),
+        temperature)
+    return tuple(lax.dynamic_update_slice_in_dim(buffer, result, start, 0)
+                 for buffer, result in zip(buffers, results))
+
+  zeros = jnp.zeros((rows,), jnp.float32)
+  return lax.fori_loop(0, _num_chunks(chunk, rows), body, (zeros,) * 3)
+
+
+def _logprobs_rows_fwd(hidden, unembedding, targets, temperature, chunk):
+  logp, lse, entropy = _forward_rows(temperature, chunk, hidden, unembedding,
+                                     targets)
+  return (logp, entropy), (hidden, unembedding, targets, lse, entropy)
+
+
+def _logprobs_rows_bwd(temperature, chunk, residuals, cotangents):
+  hidden, unembedding, targets, lse, entropy = residuals
+  g_logp, g_entropy = cotangents
+  rows, width = hidden.shape
+  vocab = unembedding.shape[1]
+  compute_dtype = jnp.result_type(hidden.dtype, unembedding.dtype)
+
+  def body(i, carry):
+    d_hidden, d_unembedding = carry
+    start = _chunk_start(i, chunk, rows)
+    take = lambda x: lax.dynamic_slice_in_dim(x, start, chunk)
+    h = take(hidden)
+    # Rows an overlapping last chunk shares with its predecessor were already
+    # handled: they must add nothing to the unembedding gradient.
+    fresh = start + jnp.arange(chunk) >= i * chunk
+    g_lp = jnp.where(fresh, take(g_logp), 0.0)[:, None]
+    g_h = jnp.where(fresh, take(g_entropy), 0.0)[:, None]
+    z = _temper(project_logits(h, unembedding), temperature)
+    log_p = z - take(lse)[:, None]
+    p = jnp.exp(log_p)
+    is_target = (lax.broadcasted_iota(jnp.int32, (chunk, vocab), 1)
+                 == take(targets)[:, None])
+    # d logp / dz = onehot - p;  d H / dz = -p (log p + H).
+    d_z = (jnp.where(is_target, g_lp, 0.0)
+           - p * (g_lp + g_h * (log_p + take(entropy)[:, None])))
+    d_logits = _temper(d_z, temperature).astype(compute_dtype)
+    d_h = lax.dot_general(d_logits, unembedding, (((1,), (1,)), ((), ())),
+                          preferred_element_type=jnp.float32)
+    d_h = jnp.where(fresh[:, None], d_h.astype(hidden.dtype), take(d_hidden))
+    d_hidden = lax.dynamic_update_slice_in_dim(d_hidden, d_h, start, 0)
+    d_unembedding = d_unembedding + lax.dot_general(
+        h, d_logits, (((0,), (0,)), ((), ())),
+        preferred_element_type=jnp.float32)
+    return d_hidden, d_unembedding
+
+  init = (jnp.zeros((rows, width), hidden.dtype),
+          jnp.zeros(unembedding.shape, jnp.float32))
+  d_hidden, d_unembedding = lax.fori_loop(0, _num_chunks(chunk, rows), body,
+                                          init)
+  return d_hidden, d_unembedding.astype(unembedding.dtype), None
+
+
+def _logprobs_rows_impl(hidden, unembedding, targets, temperature, chunk):
+  logp, _, entropy = _forward_rows(temperature, chunk, hidden, unembedding,
+                                   targets)
+  return logp, entropy
+
+
+_logprobs_rows = jax.custom_vjp(_logprobs_rows_impl, nondiff_argnums=(3, 4))
+_logprobs_rows.defvjp(_logprobs_rows_fwd, _logprobs_rows_bwd)
