@@ -118,6 +118,11 @@ def _check_hparam(name: str, value, *, low: float, strict: bool = False):
     raise ValueError(f"{name} must be {bound} {low}; got {value}.")
 
 
+def _check_band(clip_low, clip_high):
+  _check_hparam("clip_low", clip_low, low=0.0)
+  _check_hparam("clip_high", clip_high, low=0.0)
+
+
 def _share(flags, mask):
   """Share of the entries with mask > 0 where `flags` holds; 0 if none."""
   return agg.divide(agg.SumCount(
@@ -227,8 +232,7 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  _check_hparam("clip_low", clip_low, low=0.0)
-  _check_hparam("clip_high", clip_high, low=0.0)
+  _check_band(clip_low, clip_high)
   if dual_clip is not None:
     _check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
   batch = _prepare(logp, old_logp, advantages, mask)
@@ -276,8 +280,7 @@ def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4):
   Returns:
     (loss, ObjectiveAux).
   """
-  _check_hparam("clip_low", clip_low, low=0.0)
-  _check_hparam("clip_high", clip_high, low=0.0)
+  _check_band(clip_low, clip_high)
   batch = _prepare(logp, old_logp, advantages, mask)
   log_s, lengths = _sequence_log_ratio(batch)
   seq_ratio = jnp.exp(log_s)
@@ -317,8 +320,7 @@ def gspo_token(logp, old_logp, advantages, mask, *, clip_low=3e-4,
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  _check_hparam("clip_low", clip_low, low=0.0)
-  _check_hparam("clip_high", clip_high, low=0.0)
+  _check_band(clip_low, clip_high)
   batch = _prepare(logp, old_logp, advantages, mask)
   log_s, lengths = _sequence_log_ratio(batch)
   log_s_token = (jax.lax.stop_gradient(log_s)[:, None]
@@ -358,8 +360,7 @@ def gmpo(logp, old_logp, advantages, mask, *, clip_low=0.4, clip_high=0.4):
   Returns:
     (loss, ObjectiveAux).
   """
-  _check_hparam("clip_low", clip_low, low=0.0)
-  _check_hparam("clip_high", clip_high, low=0.0)
+  _check_band(clip_low, clip_high)
   batch = _prepare(logp, old_logp, advantages, mask)
   adv, lengths = _row_advantages(batch)
   x = batch.log_ratio
@@ -561,8 +562,7 @@ def cispo(logp, old_logp, advantages, mask, *, clip_low=1.0, clip_high=4.0,
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  _check_hparam("clip_low", clip_low, low=0.0)
-  _check_hparam("clip_high", clip_high, low=0.0)
+  _check_band(clip_low, clip_high)
   batch = _prepare(logp, old_logp, advantages, mask)
   ratio = jnp.exp(batch.log_ratio)
   weight = jax.lax.stop_gradient(
