@@ -32,7 +32,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.task = "arithmetic"      # arithmetic | gsm8k | jsonl
   c.data.path = ""                # the JSONL file when task == "jsonl"
   c.data.system_prompt = ""       # "" = the task's default
-  c.data.max_operand = 20         # arithmetic task difficulty
+  # The arithmetic task: `operands` numbers of up to `digits` digits.
+  c.data.digits = 1
+  c.data.ops = ("+",)
+  c.data.operands = 2
   c.data.prompt_buckets = (64, 128, 256)  # prompt lengths padded up to these
   c.data.heldout_size = 64        # evaluate.py's held-out problems
 
@@ -117,8 +120,7 @@ def get_base_config() -> ml_collections.ConfigDict:
 def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Random tiny model and tiny shapes: the loop end to end in seconds."""
   c.model.name = TINY_MODEL
-  c.data.max_operand = 5
-  c.data.prompt_buckets = (32,)
+  c.data.prompt_buckets = (80,)  # character-level prompts
   c.rollout.num_prompts = 2
   c.rollout.num_generations = max(2, min(c.rollout.num_generations, 4))
   c.rollout.max_new_tokens = 8
@@ -192,6 +194,15 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",
           "set --config.data.path=/path/to/file.jsonl")
+  if c.data.task == "arithmetic":
+    from grpo_jax import data  # pylint: disable=g-import-not-at-top
+    _positive(c, "data.digits")
+    if c.data.operands < 2:
+      _fail("data.operands", f"{c.data.operands!r} is below 2",
+            "set operands >= 2")
+    if not c.data.ops or not set(c.data.ops) <= set(data.OPERATORS):
+      _fail("data.ops", f"{c.data.ops!r} is invalid",
+            f"choose a nonempty subset of {data.OPERATORS}")
   if not c.data.prompt_buckets or any(b <= 0 for b in c.data.prompt_buckets):
     _fail("data.prompt_buckets", f"{c.data.prompt_buckets!r} is invalid",
           "give positive prompt lengths, e.g. (64, 128)")

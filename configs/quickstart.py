@@ -16,7 +16,6 @@ from configs import common
 
 def get_config(arg=None):
   c = common.get_base_config()
-  c.data.max_operand = 10
   c.data.prompt_buckets = (64, 128)
   c.rollout.num_prompts = 2
   c.rollout.num_generations = 4

@@ -1,0 +1,53 @@
+"""Train a GRPO-family variant: ``python -m experiments.train``.
+
+  python -m experiments.train --config=configs/grpo.py --workdir=runs/grpo
+  python -m experiments.train --config=configs/dapo.py:tiny --workdir=/tmp/x \
+      --config.train.num_steps=3
+
+``--config.a.b=value`` overrides a field; an unknown field is an error, and
+the config is validated before any model is loaded. Rerunning the same
+command resumes from the latest checkpoint in the workdir.
+"""
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+import tqdm
+
+from configs import common
+from grpo_jax import train as train_lib
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "A configs/<variant>.py file, optionally :tiny.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def progress_bar(config):
+  """A tqdm bar and the per-step callback that advances it."""
+  bar = tqdm.tqdm(total=config.train.num_steps, unit="step", dynamic_ncols=True)
+
+  def callback(step, record):
+    bar.n = step + 1
+    shown = {"reward": record.get("reward/total"),
+             "acc": record.get("accuracy"), "kl": record.get("kl"),
+             "tok/s": record.get("tokens_per_s")}
+    bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items() if v is not None},
+                    refresh=False)
+    bar.refresh()
+  return bar, callback
+
+
+def main(argv):
+  del argv
+  config = common.validate(_CONFIG.value)
+  bar, callback = progress_bar(config)
+  try:
+    train_lib.train(config, _WORKDIR.value, callback=callback)
+  finally:
+    bar.close()
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,501 @@
+"""One step's batch: sample G completions per prompt, score, advantages, filter.
+
+`generate` turns (params, step, key) into a `Batch` of N = P*G rows, prompt
+major (row ``p*G + g``):
+
+1. prompts: ``task.train(step, P)`` (with dynamic sampling, round r of step s
+   reads ``task.train(s * max_rounds + r, P)``), formatted and left-padded to
+   a bucket;
+2. completions: `sampling.sample` with ``key = fold_in(fold_in(base, step),
+   round)`` (the caller folds in the step);
+3. rewards [P, G, K] from K reward functions (plus DAPO's overlong penalty
+   as one more column), advantages [P, G] via the `advantages` registry;
+4. DAPO dynamic sampling (optional): groups whose rewards are all equal carry
+   no signal; resample up to ``max_rounds`` times to fill P groups with
+   signal; groups still lacking it stay in the batch with an all-zero mask,
+   so shapes (and compiled functions) never change;
+5. truncated completions (optional): their tokens leave the mask, hence the
+   loss denominator too;
+6. old log-probs recomputed by the trainer's own forward pass
+   (`policy_logprobs`, same temperature), and reference log-probs only when
+   beta > 0.
+"""
+
+import functools
+import time
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax import advantages as advantages_lib
+from grpo_jax import logprobs as logprobs_lib
+from grpo_jax import models
+from grpo_jax import rewards as rewards_lib
+from grpo_jax import sampling
+
+
+class Batch(NamedTuple):
+  """The training batch of one step; N = P*G rows, S = Sp + T columns.
+
+  Attributes:
+    tokens: [N, S] int32, left-padded prompt then completion.
+    input_mask: [N, S] float32, 1 on real prompt and completion tokens.
+    completion_mask: [N, T] float32, 1 on tokens that enter the loss.
+    advantages: [N] float32.
+    old_logp: [N, T] float32 behaviour log-probs (trainer's forward pass).
+    ref_logp: [N, T] float32 reference log-probs, or None when beta == 0.
+  """
+  tokens: jnp.ndarray
+  input_mask: jnp.ndarray
+  completion_mask: jnp.ndarray
+  advantages: jnp.ndarray
+  old_logp: jnp.ndarray
+  ref_logp: Optional[jnp.ndarray]
+
+
+# -------------------------------------------------------------- log-probs
+
+
+def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
+                    completion_start: int, *, temperature: float = 1.0,
+                    chunk_size: int = 4096):
+  """Log-probs and entropy of the completion tokens, teacher-forced.
+
+  logp[i, t] = log_softmax(h[i, s-1] W / temperature)[tokens[i, s]] with
+  s = completion_start + t: the hidden state one position earlier predicts
+  each completion token. Use the sampler's temperature, so that on policy
+  the ratio is 1 (PITFALLS.md, "Temperature on one side only").
+
+  Args:
+    params: model parameters.
+    config: the `models.ModelConfig`.
+    tokens: [N, S] int32, left-padded prompt then T = S - completion_start
+      completion tokens.
+    input_mask: [N, S], 1 on real prompt and completion tokens.
+    completion_start: Sp, the column of the first completion token.
+    temperature: the sampling temperature.
+    chunk_size: vocabulary chunk of `logprobs.token_logprobs`.
+
+  Returns:
+    (logp [N, T], entropy [N, T]) float32.
+  """
+  if tokens.ndim != 2 or input_mask.shape != tokens.shape:
+    raise ValueError(
+        f"tokens and input_mask must both be [N, S]; got {tokens.shape} and "
+        f"{input_mask.shape}.")
+  if not 0 < completion_start < tokens.shape[1]:
+    raise ValueError(
+        f"completion_start must be in (0, S={tokens.shape[1]}); got "
+        f"{completion_start}.")
+  positions = models.positions_from_mask(input_mask)
+  attention = models.causal_attention_mask(input_mask)
+  hidden, _ = models.forward(params, config, tokens, positions, attention)
+  out = logprobs_lib.token_logprobs(
+      hidden[:, completion_start - 1:-1], models.unembedding(params, config),
+      tokens[:, completion_start:], temperature=temperature,
+      chunk_size=chunk_size)
+  return out[0], out[1]
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "config", "completion_start", "temperature", "chunk_size"))
+def _jitted_logprobs(params, tokens, input_mask, *, temperature, config,
+                     completion_start, chunk_size):
+  return policy_logprobs(params, config, tokens, input_mask, completion_start,
+                         temperature=temperature, chunk_size=chunk_size)
+
+
+def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
+                     temperature, chunk_size, batch_size=0):
+  """`policy_logprobs` over rows in slices of `batch_size` (0: all), no grad.
+
+  Returns logp [N, T] float32.
+  """
+  rows = tokens.shape[0]
+  size = batch_size or rows
+  pieces = [
+      _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
+                       temperature=float(temperature), config=config,
+                       completion_start=completion_start,
+                       chunk_size=chunk_size)[0]
+      for i in range(0, rows, size)]
+  return jnp.concatenate(pieces, axis=0)
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def combine_advantages(rewards, weights, *, estimator: Callable,
+                       estimator_kwargs: dict, multi_reward_mode: str):
+  """Advantages [P, G] from rewards [P, G, K] and weights [K].
+
+  ``sum_then_normalize`` applies the estimator to sum_k w_k R_k;
+  ``normalize_then_sum`` is GDPO (`advantages.multi_reward`).
+  """
+  rewards = jnp.asarray(rewards, jnp.float32)
+  weights = jnp.asarray(weights, jnp.float32)
+  if multi_reward_mode == "normalize_then_sum" and rewards.shape[-1] > 1:
+    return advantages_lib.multi_reward(
+        rewards, weights, mode=multi_reward_mode,
+        **{k: v for k, v in estimator_kwargs.items() if k in ("eps", "ddof")})
+  combined = (rewards * weights[None, None, :]).sum(axis=-1)
+  return estimator(combined, **estimator_kwargs)
+
+
+def has_signal(rewards) -> np.ndarray:
+  """[P] True where some reward varies within the group [P, G, K]."""
+  rewards = np.asarray(rewards)
+  return (rewards.max(axis=1) != rewards.min(axis=1)).any(axis=-1)
+
+
+# ------------------------------------------------------------------ rollout
+
+
+class Settings(NamedTuple):
+  """The plain hyperparameters of `generate` (resolved from a config once)."""
+  num_prompts: int
+  num_generations: int
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  prompt_buckets: Sequence[int] = (64, 128, 256)
+  system_prompt: str = ""
+  reward_weights: Sequence[float] = ()
+  multi_reward_mode: str = "sum_then_normalize"
+  overlong: Optional[tuple] = None  # (max_length, cache_length, weight)
+  dynamic_sampling: bool = False
+  max_rounds: int = 1
+  mask_truncated: bool = False
+  beta: float = 0.0
+  chunk_size: int = 4096
+  logprob_batch_size: int = 0
+
+
+class _Round(NamedTuple):
+  """One round of sampling, numpy, grouped [P, G, ...]."""
+  prompt_ids: list  # P token lists
+  tokens: np.ndarray  # [P, G, T]
+  mask: np.ndarray  # [P, G, T]
+  lengths: np.ndarray  # [P, G]
+  truncated: np.ndarray  # [P, G]
+  tempered_logprobs: np.ndarray  # [P, G, T]
+  rewards: np.ndarray  # [P, G, K]
+  errors: np.ndarray  # [K] completions whose reward function raised
+
+
+def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
+                   system_prompt: str = "") -> list:
+  """Token id lists of the formatted prompts."""
+  ids = []
+  for example in examples:
+    text = format_prompt(tokenizer, example.question,
+                         system_prompt=system_prompt or None)
+    if isinstance(text, str):
+      text = tokenizer.encode(text, add_special_tokens=False)
+    ids.append(list(text))
+  return ids
+
+
+def decode_completions(tokenizer, tokens, lengths) -> list:
+  """Texts of the completions, special tokens (end ids) dropped."""
+  return [tokenizer.decode(list(row[:n]), skip_special_tokens=True)
+          for row, n in zip(np.asarray(tokens), np.asarray(lengths))]
+
+
+def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
+                   completion_tokens, completion_mask, loss_mask, advantages,
+                   *, model_config, temperature: float, chunk_size: int,
+                   logprob_batch_size: int = 0, beta: float = 0.0) -> Batch:
+  """Concatenates prompts and completions and adds old (and ref) log-probs.
+
+  Args:
+    params: the policy that sampled (its log-probs are old_logp).
+    ref_params: the reference; used only when beta > 0.
+    prompt_tokens, prompt_mask: [P, Sp] left-padded prompts.
+    completion_tokens: [N, T] with N = P*G, prompt-major.
+    completion_mask: [N, T] the sampler's mask (real completion tokens).
+    loss_mask: [N, T] the tokens that enter the loss (a subset).
+    advantages: [N].
+    model_config, temperature, chunk_size, logprob_batch_size: see
+      `batched_logprobs`.
+    beta: KL coefficient; 0 skips the reference forward pass.
+  """
+  prompt_tokens = np.asarray(prompt_tokens)
+  completion_tokens = np.asarray(completion_tokens)
+  n, sp = completion_tokens.shape[0], prompt_tokens.shape[1]
+  if n % prompt_tokens.shape[0]:
+    raise ValueError(
+        f"completion_tokens has {n} rows, not a multiple of the "
+        f"{prompt_tokens.shape[0]} prompts.")
+  g = n // prompt_tokens.shape[0]
+  tokens = jnp.asarray(np.concatenate(
+      [np.repeat(prompt_tokens, g, axis=0), completion_tokens], axis=1),
+      jnp.int32)
+  input_mask = jnp.asarray(np.concatenate(
+      [np.repeat(np.asarray(prompt_mask, np.float32), g, axis=0),
+       np.asarray(completion_mask, np.float32)], axis=1))
+  logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
+                        batch_size=logprob_batch_size)
+  old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,
+                              **logprob_kwargs)
+  ref_logp = None
+  if beta > 0:
+    ref_logp = batched_logprobs(ref_params, model_config, tokens, input_mask,
+                                sp, **logprob_kwargs)
+  return Batch(
+      tokens=tokens, input_mask=input_mask,
+      completion_mask=jnp.asarray(loss_mask, jnp.float32),
+      advantages=jnp.asarray(advantages, jnp.float32),
+      old_logp=old_logp, ref_logp=ref_logp)
+
+
+def _sample_round(params, examples, key, *, settings: Settings, model_config,
+                  tokenizer, format_prompt, reward_fns, eos_ids, pad_id,
+                  overlong_fn) -> _Round:
+  s = settings
+  p, g = len(examples), s.num_generations
+  prompt_ids = encode_prompts(tokenizer, examples, format_prompt=format_prompt,
+                              system_prompt=s.system_prompt)
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      prompt_ids, buckets=s.prompt_buckets, pad_id=pad_id)
+  out = sampling.sample(
+      params, model_config, prompt_tokens, prompt_mask, key, num_samples=g,
+      max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+      top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
+      eos_ids=tuple(eos_ids), pad_id=pad_id)
+  out = jax.device_get(out)
+  completions = decode_completions(tokenizer, out.tokens, out.lengths)
+  questions = [e.question for e in examples for _ in range(g)]
+  answers = [e.answer for e in examples for _ in range(g)]
+  result = rewards_lib.score(
+      {name: (fn, weight) for (name, fn), weight
+       in zip(reward_fns.items(), s.reward_weights)},
+      questions, completions, answers)
+  rewards = result.per_function
+  errors = np.asarray([result.num_errors[name] for name in reward_fns])
+  if overlong_fn is not None:
+    penalty = np.asarray(overlong_fn(np.asarray(out.lengths)), np.float32)
+    rewards = np.concatenate([rewards, penalty[:, None]], axis=-1)
+  t = s.max_new_tokens
+  return _Round(
+      prompt_ids=prompt_ids,
+      tokens=np.asarray(out.tokens).reshape(p, g, t),
+      mask=np.asarray(out.mask, np.float32).reshape(p, g, t),
+      lengths=np.asarray(out.lengths).reshape(p, g),
+      truncated=np.asarray(out.truncated).reshape(p, g),
+      tempered_logprobs=np.asarray(out.tempered_logprobs).reshape(p, g, t),
+      rewards=rewards.reshape(p, g, -1),
+      errors=errors)
+
+
+def _select_groups(rounds: Sequence[_Round], num_prompts: int):
+  """Indices (round, group) of the batch: groups with signal first, in
+  sampling order, then groups without it (to be masked out)."""
+  with_signal, without = [], []
+  for r, rnd in enumerate(rounds):
+    for i, ok in enumerate(has_signal(rnd.rewards)):
+      (with_signal if ok else without).append((r, i))
+  chosen = with_signal[:num_prompts]
+  filler = without[:num_prompts - len(chosen)]
+  return chosen, filler
+
+
+def generate(params, ref_params, step: int, key, *, settings: Settings,
+             model_config, tokenizer, task, format_prompt: Callable,
+             reward_fns: Mapping[str, Callable], estimator: Callable,
+             estimator_kwargs: dict, eos_ids, pad_id: int,
+             overlong_fn: Optional[Callable] = None):
+  """One step's `Batch` and its measurements (see the module docstring).
+
+  Args:
+    params: the current policy params (sample and old log-probs).
+    ref_params: the reference params; read only when ``settings.beta > 0``.
+    step: the training step (selects the prompts).
+    key: this step's key, ``fold_in(base_key, step)``.
+    settings: `Settings`.
+    model_config, tokenizer: the model's.
+    task: has ``train(index, batch_size) -> list of Example``.
+    format_prompt: ``(tokenizer, question, *, system_prompt) -> str``.
+    reward_fns: name -> ``fn(prompts, completions, answers) -> [N]``, K
+      entries in the order of ``settings.reward_weights``.
+    estimator, estimator_kwargs: the advantage estimator over [P, G].
+    eos_ids, pad_id: end ids and padding id of the tokenizer.
+    overlong_fn: ``lengths [N] -> penalties [N]`` or None.
+
+  Returns:
+    (Batch, measurements dict of floats).
+  """
+  s = settings
+  p, g = s.num_prompts, s.num_generations
+  round_fn = functools.partial(
+      _sample_round, settings=s, model_config=model_config,
+      tokenizer=tokenizer, format_prompt=format_prompt, reward_fns=reward_fns,
+      eos_ids=eos_ids, pad_id=pad_id, overlong_fn=overlong_fn)
+  t0 = time.perf_counter()
+  rounds = []
+  for r in range(s.max_rounds if s.dynamic_sampling else 1):
+    index = step * s.max_rounds + r if s.dynamic_sampling else step
+    rounds.append(round_fn(params, task.train(index, p),
+                           jax.random.fold_in(key, r)))
+    if not s.dynamic_sampling:
+      break
+    if sum(has_signal(rnd.rewards).sum() for rnd in rounds) >= p:
+      break
+  if s.dynamic_sampling:
+    chosen, filler = _select_groups(rounds, p)
+  else:
+    chosen, filler = [(0, i) for i in range(p)], []
+  groups = chosen + filler
+  pick = lambda field: np.stack([getattr(rounds[r], field)[i]
+                                 for r, i in groups])
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      [rounds[r].prompt_ids[i] for r, i in groups],
+      buckets=s.prompt_buckets, pad_id=pad_id)
+  t1 = time.perf_counter()
+
+  rewards = pick("rewards")  # [P, G, K]
+  weights = list(s.reward_weights) + (
+      [s.overlong[2]] if s.overlong is not None else [])
+  adv = combine_advantages(rewards, weights, estimator=estimator,
+                           estimator_kwargs=estimator_kwargs,
+                           multi_reward_mode=s.multi_reward_mode)
+  sample_mask = pick("mask")  # [P, G, T]
+  loss_mask = sample_mask.copy()
+  truncated = pick("truncated")
+  if s.mask_truncated:
+    loss_mask *= (~truncated)[..., None]
+  loss_mask[len(chosen):] = 0.0  # groups without signal (dynamic sampling)
+
+  n, t = p * g, s.max_new_tokens
+  batch = assemble_batch(
+      params, ref_params, prompt_tokens, prompt_mask,
+      pick("tokens").reshape(n, t), sample_mask.reshape(n, t),
+      loss_mask.reshape(n, t), jnp.asarray(adv).reshape(n),
+      model_config=model_config, temperature=s.temperature,
+      chunk_size=s.chunk_size, logprob_batch_size=s.logprob_batch_size,
+      beta=s.beta)
+  old_logp = jax.block_until_ready(batch.old_logp)
+  t2 = time.perf_counter()
+
+  # Measurements describe the step's plain sample (round 0), so that they
+  # compare across configs with and without dynamic sampling.
+  first = rounds[0]
+  mask_flat = sample_mask.reshape(n, t)
+  diff = np.abs(pick("tempered_logprobs").reshape(n, t)
+                - np.asarray(old_logp)) * mask_flat
+  names = list(reward_fns) + (["overlong"] if s.overlong is not None
+                              else [])
+  measurements = {
+      "reward/total": float((first.rewards * np.asarray(weights)).sum(-1)
+                            .mean()),
+      "advantage/collapse_rate": float(
+          advantages_lib.collapse_rate(first.rewards)),
+      "advantage/abs_mean": float(np.abs(np.asarray(adv)).mean()),
+      "completion_length/mean": float(first.lengths.mean()),
+      "completion_length/max": float(first.lengths.max()),
+      "truncation_rate": float(first.truncated.mean()),
+      "logprob/sampler_trainer_max_abs_diff": float(diff.max()),
+      "rollout/rounds": float(len(rounds)),
+      "rollout/groups_with_signal": float(len(chosen)) / p,
+      "rollout/loss_tokens": float(loss_mask.sum()),
+      "time/sample_s": t1 - t0,
+      "time/logprob_s": t2 - t1,
+  }
+  for k, name in enumerate(names):
+    measurements[f"reward/{name}"] = float(first.rewards[..., k].mean())
+  for k, name in enumerate(reward_fns):
+    measurements[f"reward_errors/{name}"] = float(
+        sum(rnd.errors[k] for rnd in rounds))
+  if "accuracy" in names:
+    measurements["accuracy"] = measurements["reward/accuracy"]
+  return batch, measurements
+
+
+# --------------------------------------------------------- from a config
+
+
+def tiny_model_config(vocab_size: int) -> models.ModelConfig:
+  """The `tiny` model: 2 layers, width 32 (a forward pass takes milliseconds)."""
+  return models.ModelConfig(
+      model_type="llama", vocab_size=vocab_size, hidden_size=32,
+      intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+      head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
+
+
+def load_model(name: str, *, seed: int = 0):
+  """(ModelConfig, params, tokenizer) for a config's ``model.name``.
+
+  ``tiny``: a random tiny model over the character tokenizer of
+  `grpo_jax.testing`, built offline in a second.
+  """
+  if name == "tiny":
+    from grpo_jax import testing  # pylint: disable=g-import-not-at-top
+    tokenizer = testing.tiny_tokenizer()
+    config = tiny_model_config(len(tokenizer))
+    params = models.init_params(config, jax.random.PRNGKey(seed))
+    return config, params, tokenizer
+  return models.load(name)
+
+
+def eos_and_pad(tokenizer):
+  """(end ids, pad id) of a tokenizer."""
+  eos_ids = tuple(models.eos_ids(tokenizer))
+  pad_id = tokenizer.pad_token_id
+  if pad_id is None:
+    pad_id = eos_ids[0] if eos_ids else 0
+  return eos_ids, int(pad_id)
+
+
+def make_task(data_config, *, seed: int):
+  """The config's task: ``train(step, batch_size)`` and ``heldout(n)``."""
+  from grpo_jax import data  # pylint: disable=g-import-not-at-top
+  if data_config.task == "arithmetic":
+    return data.ArithmeticTask(
+        digits=data_config.digits, ops=tuple(data_config.ops),
+        operands=data_config.operands, seed=seed)
+  if data_config.task == "gsm8k":
+    return data.ListDataset(data.gsm8k("train"), data.gsm8k("test"),
+                            seed=seed)
+  train, heldout = data.split_heldout(
+      data.jsonl(data_config.path, instruction=data.ANSWER_INSTRUCTION),
+      fraction=0.1)
+  return data.ListDataset(train, heldout, seed=seed)
+
+
+def from_config(config, model_config, tokenizer) -> Callable:
+  """``rollout(params, ref_params, step, key) -> (Batch, measurements)``."""
+  from grpo_jax import data  # pylint: disable=g-import-not-at-top
+  r = config.rollout
+  o = config.rewards.overlong
+  settings = Settings(
+      num_prompts=r.num_prompts, num_generations=r.num_generations,
+      max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+      top_k=r.top_k, top_p=r.top_p,
+      prompt_buckets=tuple(config.data.prompt_buckets),
+      system_prompt=config.data.system_prompt,
+      reward_weights=tuple(config.rewards.weights),
+      multi_reward_mode=config.rewards.multi_reward_mode,
+      overlong=(o.max_length, o.cache_length, o.weight) if o.enabled else None,
+      dynamic_sampling=r.dynamic_sampling, max_rounds=r.max_rounds,
+      mask_truncated=r.mask_truncated, beta=float(config.kl.beta),
+      chunk_size=config.train.chunk_size,
+      logprob_batch_size=config.train.logprob_batch_size)
+  overlong_fn = None
+  if o.enabled:
+    overlong_fn = functools.partial(rewards_lib.overlong_penalty,
+                                    max_length=o.max_length,
+                                    cache_length=o.cache_length)
+  eos_ids, pad_id = eos_and_pad(tokenizer)
+  return functools.partial(
+      generate, settings=settings, model_config=model_config,
+      tokenizer=tokenizer, task=make_task(config.data, seed=config.seed),
+      format_prompt=data.format_prompt,
+      reward_fns={name: rewards_lib.get(name)
+                  for name in config.rewards.functions},
+      estimator=advantages_lib.get(config.advantage.name),
+      estimator_kwargs=dict(config.advantage.kwargs),
+      eos_ids=eos_ids, pad_id=pad_id, overlong_fn=overlong_fn)
+
