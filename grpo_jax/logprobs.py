@@ -70,12 +70,14 @@ def tempered_log_softmax(logits, temperature: float = 1.0):
 
   Args:
     logits: [..., V] logits, any float dtype.
-    temperature: a positive Python float.
+    temperature: positive; a Python float, or a traced scalar in a jitted
+      sampler (checked only when concrete).
 
   Returns:
     [..., V] float32 log-probabilities.
   """
-  temperature = _check_temperature(temperature)
+  if not isinstance(temperature, jax.core.Tracer):
+    temperature = _check_temperature(temperature)
   return jax.nn.log_softmax(_temper(logits.astype(jnp.float32), temperature),
                             axis=-1)
 
@@ -199,7 +201,9 @@ def _check_temperature(temperature) -> float:
 def _temper(logits, temperature: float):
   # Division, not multiplication by 1/temperature: the sampler and the trainer
   # must round identically.
-  return logits if temperature == 1.0 else logits / temperature
+  if isinstance(temperature, float) and temperature == 1.0:
+    return logits
+  return logits / temperature
 
 
 def _chunk_start(i, chunk: int, rows: int):

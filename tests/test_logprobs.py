@@ -1,0 +1,267 @@
+"""Tests for grpo_jax.logprobs: chunked log-probs and entropy from hidden states."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from grpo_jax import logprobs
+from grpo_jax import testing
+
+N, T, D, V = 3, 5, 8, 37  # N*T = 15 rows: most chunk sizes leave a remainder.
+
+
+def _inputs(seed=0, n=N, t=T, d=D, v=V, dtype=jnp.float32):
+  k_h, k_w, k_t = jax.random.split(jax.random.PRNGKey(seed), 3)
+  hidden = jax.random.normal(k_h, (n, t, d)).astype(dtype)
+  unembedding = jax.random.normal(k_w, (d, v)).astype(dtype)
+  targets = jax.random.randint(k_t, (n, t), 0, v)
+  return hidden, unembedding, targets
+
+
+def _naive(hidden, unembedding, targets, temperature):
+  """The reference: the full [N, T, V] log-softmax, then a gather."""
+  logits = hidden.astype(jnp.float32) @ unembedding.astype(jnp.float32)
+  log_p = jax.nn.log_softmax(logits / temperature, axis=-1)
+  logp = jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+  entropy = -(jnp.exp(log_p) * log_p).sum(axis=-1)
+  return logp, entropy
+
+
+def _numpy_reference(hidden, unembedding, targets, temperature):
+  """float64 numpy, independent of JAX's softmax."""
+  z = np.asarray(hidden, np.float64) @ np.asarray(unembedding, np.float64)
+  z = z / temperature
+  z = z - z.max(axis=-1, keepdims=True)
+  log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+  logp = np.take_along_axis(log_p, np.asarray(targets)[..., None], -1)[..., 0]
+  return logp, -(np.exp(log_p) * log_p).sum(axis=-1)
+
+
+def _vjp(fn, hidden, unembedding, seed=1):
+  """Gradients of <g_logp, logp> + <g_entropy, entropy> w.r.t. both inputs."""
+  out, pullback = jax.vjp(fn, hidden, unembedding)
+  k_1, k_2 = jax.random.split(jax.random.PRNGKey(seed))
+  cotangent = (jax.random.normal(k_1, out[0].shape),
+               jax.random.normal(k_2, out[1].shape))
+  return pullback(cotangent)
+
+
+@pytest.mark.parametrize("chunk_size, temperature", [
+    (1, 1.0), (4, 0.7), (7, 0.7), (15, 1.0), (16, 0.7), (None, 0.7)])
+def test_values_match_naive_and_numpy(chunk_size, temperature):
+  hidden, unembedding, targets = _inputs()
+  out = logprobs.token_logprobs(hidden, unembedding, targets,
+                                temperature=temperature, chunk_size=chunk_size)
+  testing.assert_shape(out.logp, (N, T))
+  assert out.logp.dtype == jnp.float32 and out.entropy.dtype == jnp.float32
+  testing.assert_close(tuple(out), _naive(hidden, unembedding, targets,
+                                          temperature), rtol=1e-5, atol=1e-5)
+  expected = _numpy_reference(hidden, unembedding, targets, temperature)
+  np.testing.assert_allclose(out.logp, expected[0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out.entropy, expected[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size, temperature", [
+    (1, 1.0), (4, 0.6), (7, 0.6), (64, 0.6)])
+def test_gradients_match_naive(chunk_size, temperature):
+  hidden, unembedding, targets = _inputs()
+  chunked = lambda h, w: tuple(logprobs.token_logprobs(
+      h, w, targets, temperature=temperature, chunk_size=chunk_size))
+  naive = lambda h, w: _naive(h, w, targets, temperature)
+  got = _vjp(chunked, hidden, unembedding)
+  want = _vjp(naive, hidden, unembedding)
+  # Gradients are O(10); 1e-5 relative is float32 rounding.
+  testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+  assert float(jnp.abs(got[1]).max()) > 0.1  # the unembedding gets gradient
+
+
+def test_logp_only_gradient_matches_naive():
+  """Entropy unused: its zero cotangent must not change the logp gradient."""
+  hidden, unembedding, targets = _inputs(seed=3)
+  loss = lambda fn: lambda h, w: (fn(h, w)[0] * jnp.arange(T)[None, :]).sum()
+  chunked = lambda h, w: logprobs.token_logprobs(h, w, targets, chunk_size=4)
+  naive = lambda h, w: _naive(h, w, targets, 1.0)
+  testing.assert_close(jax.grad(loss(chunked), (0, 1))(hidden, unembedding),
+                       jax.grad(loss(naive), (0, 1))(hidden, unembedding),
+                       rtol=1e-5, atol=1e-4)
+
+
+def test_check_grads():
+  hidden, unembedding, targets = _inputs(seed=2, n=2, t=3, d=4, v=11)
+  hidden, unembedding = hidden * 0.5, unembedding * 0.5
+
+  @jax.jit
+  def fn(h, w):
+    out = logprobs.token_logprobs(h, w, targets, temperature=0.8, chunk_size=4)
+    return out.logp + 0.3 * out.entropy
+
+  check_grads(fn, (hidden, unembedding), order=1, modes=("rev",),
+              atol=2e-2, rtol=2e-2)
+
+
+def test_bf16_inputs_compute_in_float32():
+  hidden, unembedding, targets = _inputs(dtype=jnp.bfloat16)
+  out = logprobs.token_logprobs(hidden, unembedding, targets, temperature=0.7,
+                                chunk_size=4)
+  assert out.logp.dtype == jnp.float32 and out.entropy.dtype == jnp.float32
+  # bf16 products are exact in float32, so the float32 reference on the same
+  # (upcast) values agrees to float32 rounding, not bf16 rounding.
+  testing.assert_close(tuple(out), _naive(hidden, unembedding, targets, 0.7),
+                       rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_gradients_keep_input_dtypes():
+  hidden, unembedding, targets = _inputs(dtype=jnp.bfloat16)
+  chunked = lambda h, w: tuple(logprobs.token_logprobs(
+      h, w, targets, temperature=0.7, chunk_size=4))
+  d_hidden, d_unembedding = _vjp(chunked, hidden, unembedding)
+  assert d_hidden.dtype == jnp.bfloat16
+  assert d_unembedding.dtype == jnp.bfloat16
+  want = _vjp(lambda h, w: _naive(h, w, targets, 0.7),
+              hidden.astype(jnp.float32), unembedding.astype(jnp.float32))
+  # The gradient matmuls run in bf16 (float32 accumulation): bf16 tolerance.
+  scale = [float(jnp.abs(w).max()) for w in want]
+  testing.assert_close(d_hidden.astype(jnp.float32), want[0],
+                       rtol=2e-2, atol=2e-2 * scale[0])
+  testing.assert_close(d_unembedding.astype(jnp.float32), want[1],
+                       rtol=2e-2, atol=2e-2 * scale[1])
+
+
+def test_temperature_is_applied():
+  """At temperature tau the log-probs are those of logits / tau."""
+  hidden, unembedding, targets = _inputs(seed=4)
+  hot = logprobs.token_logprobs(hidden, unembedding, targets, temperature=0.5)
+  cold = logprobs.token_logprobs(hidden * 2.0, unembedding, targets)
+  testing.assert_close(tuple(hot), tuple(cold), rtol=1e-5, atol=1e-5)
+  plain = logprobs.token_logprobs(hidden, unembedding, targets)
+  assert float(jnp.abs(plain.logp - hot.logp).max()) > 0.1
+
+
+def test_jit_matches_eager():
+  hidden, unembedding, targets = _inputs(seed=5)
+  fn = lambda h, w, t: logprobs.token_logprobs(h, w, t, temperature=0.9,
+                                               chunk_size=6)
+  testing.assert_close(tuple(jax.jit(fn)(hidden, unembedding, targets)),
+                       tuple(fn(hidden, unembedding, targets)),
+                       rtol=1e-6, atol=1e-6)
+  grad = jax.jit(jax.grad(lambda h, w: fn(h, w, targets).logp.sum(), (0, 1)))
+  testing.assert_finite(grad(hidden, unembedding))
+
+
+def test_sampler_helpers_agree_with_token_logprobs():
+  """The sampler's tempered_log_softmax(project_logits(.)) scores identically."""
+  hidden, unembedding, targets = _inputs(seed=6, dtype=jnp.bfloat16)
+  logits = logprobs.project_logits(hidden, unembedding)
+  assert logits.dtype == jnp.float32
+  log_p = logprobs.tempered_log_softmax(logits, 0.6)
+  expected = jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+  got = logprobs.token_logprobs(hidden, unembedding, targets, temperature=0.6)
+  testing.assert_close(got.logp, expected, rtol=1e-6, atol=1e-6)
+  reference = jax.nn.log_softmax(
+      (hidden.astype(jnp.float32) @ unembedding.astype(jnp.float32)) / 0.6)
+  testing.assert_close(log_p, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_tempered_log_softmax_accepts_traced_temperature():
+  logits = jnp.array([[1.0, 2.0, 4.0]])
+  got = jax.jit(logprobs.tempered_log_softmax)(logits, jnp.float32(0.5))
+  z = np.array([2.0, 4.0, 8.0])
+  expected = z - np.log(np.exp(z).sum())
+  np.testing.assert_allclose(got[0], expected, rtol=1e-6)
+
+
+def test_hand_computed_uniform_case():
+  """Zero hidden states: uniform over V, logp = -log V, entropy = log V."""
+  hidden = jnp.zeros((2, 3, 4))
+  unembedding = jnp.ones((4, 5))
+  targets = jnp.array([[0, 1, 2], [3, 4, 0]])
+  out = logprobs.token_logprobs(hidden, unembedding, targets, chunk_size=4)
+  testing.assert_close(out.logp, jnp.full((2, 3), -np.log(5.0)))
+  testing.assert_close(out.entropy, jnp.full((2, 3), np.log(5.0)))
+
+
+def test_empty_batch():
+  hidden, unembedding, _ = _inputs()
+  out = logprobs.token_logprobs(hidden[:0], unembedding,
+                                jnp.zeros((0, T), jnp.int32))
+  testing.assert_shape(out.logp, (0, T))
+  testing.assert_shape(out.entropy, (0, T))
+
+
+def test_out_of_range_target_is_nan():
+  hidden, unembedding, targets = _inputs()
+  targets = targets.at[1, 2].set(V)
+  out = logprobs.token_logprobs(hidden, unembedding, targets, chunk_size=4)
+  assert np.isnan(out.logp[1, 2])
+  assert np.isfinite(np.delete(np.asarray(out.logp).ravel(), 1 * T + 2)).all()
+
+
+def test_default_chunk_size():
+  assert logprobs.default_chunk_size(49152, backend="cpu") == 168
+  assert logprobs.default_chunk_size(49152, backend="gpu") == 2688
+  assert logprobs.default_chunk_size(49152, backend="gpu") % 128 == 0
+  # A huge vocabulary still gets one tile of rows.
+  assert logprobs.default_chunk_size(10**9, backend="tpu") == 128
+  assert logprobs.default_chunk_size(10**9, backend="cpu") == 8
+
+
+def test_value_and_grad_memory_is_far_below_naive():
+  """Structural: XLA's temp buffers never hold the [N, T, V] float32 logits."""
+  n, t, d, v = 4, 256, 32, 8192
+  naive_bytes = n * t * v * 4  # 32 MiB
+  hidden = jnp.zeros((n, t, d))
+  unembedding = jnp.zeros((d, v))
+  targets = jnp.zeros((n, t), jnp.int32)
+
+  def chunked_loss(h, w):
+    out = logprobs.token_logprobs(h, w, targets, chunk_size=64)
+    return out.logp.sum() + out.entropy.sum()
+
+  def naive_loss(h, w):
+    logp, entropy = _naive(h, w, targets, 1.0)
+    return logp.sum() + entropy.sum()
+
+  def temp_bytes(loss):
+    compiled = jax.jit(jax.value_and_grad(loss, (0, 1))).lower(
+        hidden, unembedding).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  # The check is meaningful: the naive version does hold the logits.
+  assert temp_bytes(naive_loss) >= naive_bytes
+  # 64 rows x V x 4 bytes = 2 MiB per chunk buffer, plus the [D, V] float32
+  # gradient accumulator (1 MiB).
+  assert temp_bytes(chunked_loss) < naive_bytes / 4
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(hidden=jnp.zeros((N * T, D))), "hidden"),
+    (dict(unembedding=jnp.zeros((D, V, 1))), "unembedding"),
+    (dict(unembedding=jnp.zeros((D + 1, V))), "unembedding"),
+    (dict(targets=jnp.zeros((N, T + 1), jnp.int32)), "targets"),
+    (dict(targets=jnp.zeros((N * T,), jnp.int32)), "targets"),
+    (dict(targets=jnp.zeros((N, T))), "targets"),
+    (dict(hidden=jnp.zeros((N, T, D), jnp.int32)), "hidden"),
+    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(chunk_size=2.5), "chunk_size"),
+])
+def test_bad_input_raises(args, match):
+  hidden, unembedding, targets = _inputs()
+  kwargs = dict(hidden=hidden, unembedding=unembedding, targets=targets)
+  kwargs.update(args)
+  with pytest.raises(ValueError, match=match):
+    logprobs.token_logprobs(**kwargs)
+
+
+def test_traced_temperature_raises():
+  hidden, unembedding, targets = _inputs()
+  fn = lambda temperature: logprobs.token_logprobs(
+      hidden, unembedding, targets, temperature=temperature)
+  with pytest.raises(ValueError, match="temperature"):
+    jax.jit(fn)(jnp.float32(0.5))
+  with pytest.raises(ValueError, match="temperature"):
+    logprobs.tempered_log_softmax(jnp.zeros((2, 3)), 0.0)
