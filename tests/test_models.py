@@ -47,13 +47,18 @@ def _left_padded(lengths, width, *, seed=0):
   return np.where(mask, tokens, 0).astype(np.int32), mask
 
 
-def _jax_logits(config, params, tokens, mask):
-  tokens, mask = jnp.asarray(tokens), jnp.asarray(mask)
+@functools.partial(jax.jit, static_argnums=0)
+def _full_logits(config, params, tokens, mask):
   hidden, cache = models.forward(
       params, config, tokens, models.positions_from_mask(mask),
       models.causal_attention_mask(mask))
   assert cache is None
-  return np.asarray(models.logits(params, config, hidden))
+  return models.logits(params, config, hidden)
+
+
+def _jax_logits(config, params, tokens, mask):
+  return np.asarray(_full_logits(config, params, jnp.asarray(tokens),
+                                 jnp.asarray(mask)))
 
 
 def _torch_logits(model, row_tokens):
@@ -111,13 +116,14 @@ def test_cached_decoding_equals_full_forward(checkpoint, model_type):
   full_mask = jnp.asarray(np.concatenate(
       [prompt_mask, np.ones((2, new_tokens), bool)], 1))
   full_positions = models.positions_from_mask(full_mask)
-  expected, _ = models.forward(params, config, all_tokens, full_positions,
-                               models.causal_attention_mask(full_mask))
+  expected, _ = jax.jit(models.forward, static_argnums=1)(
+      params, config, all_tokens, full_positions,
+      models.causal_attention_mask(full_mask))
 
   cache_mask = jnp.zeros((2, cache_len), bool).at[:, :full_len].set(full_mask)
   prefill_mask = models.causal_attention_mask(cache_mask)[:, :prompt_len, :]
   cache = models.init_cache(config, 2, cache_len)
-  hidden, cache = models.forward(
+  hidden, cache = jax.jit(models.forward, static_argnums=1)(
       params, config, all_tokens[:, :prompt_len],
       full_positions[:, :prompt_len], prefill_mask, cache=cache, cache_index=0)
   steps = [hidden]
@@ -284,7 +290,7 @@ def test_fully_masked_query_rows_give_finite_values_and_grads():
                                models.causal_attention_mask(mask))
     return jnp.sum(models.logits(params, config, hidden) ** 2)
 
-  value, grads = jax.value_and_grad(loss)(params)
+  value, grads = jax.jit(jax.value_and_grad(loss))(params)
   testing.assert_finite((value, grads))
 
 
