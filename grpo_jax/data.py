@@ -10,8 +10,16 @@ training batch ever contains.
 | `ArithmeticTask`  | fresh problems per step        | a hash-split of problems |
 | `ListDataset`     | a seeded permutation per epoch | a fixed list             |
 
-The answer-format instruction (`rewards.ANSWER_INSTRUCTION`) is part of the
-question text, so the prompt and the format reward agree.
+The answer format (a final ``\\boxed{}``, what `rewards.format_reward` checks)
+is asked for in `SYSTEM_PROMPT`; pass it to `format_prompt`. Questions are bare
+by default; `instruction=` appends `rewards.ANSWER_INSTRUCTION` (or any text) to
+each question instead.
+
+Measured on SmolLM2-135M-Instruct, single-digit sums, 16 prompts x 8 samples at
+temperature 1.0, 48 new tokens: with `SYSTEM_PROMPT`, greedy accuracy 0.50,
+sampled accuracy 0.20, 75% of groups partly solved, none fully solved; with
+the instruction in the question instead, greedy 0.88, sampled 0.22, 75% and 0%.
+The system prompt leaves the evaluation (greedy) room to improve.
 """
 
 import hashlib
@@ -22,9 +30,11 @@ from typing import List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from grpo_jax.rewards import ANSWER_INSTRUCTION
-
 OPERATORS = ("+", "-", "*")
+
+# The answer-format instruction for every source (see the module docstring).
+SYSTEM_PROMPT = ("You are a math assistant. Solve the problem, then give the "
+                 "final answer as \\boxed{<number>}.")
 
 # Problem spaces up to this size are enumerated to find every held-out problem.
 _ENUMERATE_LIMIT = 200_000
@@ -70,7 +80,8 @@ def format_prompt(tokenizer, question: str, *,
   Args:
     tokenizer: a transformers tokenizer with a chat template.
     question: the user message (it carries the answer-format instruction).
-    system_prompt: optional system message; None keeps the template's default.
+    system_prompt: the system message, usually `SYSTEM_PROMPT`; None keeps
+      the template's default.
 
   Returns:
     The prompt string (tokenize it with ``add_special_tokens=False``: the
@@ -122,14 +133,15 @@ class ArithmeticTask:
   def __init__(self, digits: int = 1, ops: Sequence[str] = ("+",),
                operands: int = 2, seed: int = 0, *,
                heldout_fraction: float = 0.2,
-               instruction: Optional[str] = ANSWER_INSTRUCTION):
+               instruction: Optional[str] = None):
     """Args:
       digits: operands have at most this many digits (>= 1).
       ops: operators to draw from, a nonempty subset of `OPERATORS`.
       operands: numbers per problem (>= 2).
       seed: seeds the training stream (not the split).
       heldout_fraction: share of the problem space held out, in (0, 1).
-      instruction: appended to every question (the answer format).
+      instruction: appended to every question, e.g.
+      `rewards.ANSWER_INSTRUCTION`.
     """
     ops = tuple(ops)
     if digits < 1:
@@ -273,7 +285,7 @@ def _text(value) -> str:
 
 
 def gsm8k(split: str, *, data_dir: Optional[str] = None,
-          instruction: Optional[str] = ANSWER_INSTRUCTION) -> List[Example]:
+          instruction: Optional[str] = None) -> List[Example]:
   """GSM8K (arXiv 2110.14168) through ``tfds.data_source`` (no TensorFlow).
 
   The answer is the final number, the text after "#### " in the solution
@@ -282,7 +294,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
   Args:
     split: a tfds split, e.g. "train", "test" or "train[:100]".
     data_dir: tfds data directory holding the prepared dataset.
-    instruction: appended to every question (the answer format).
+    instruction: appended to every question, e.g.
+      `rewards.ANSWER_INSTRUCTION`.
 
   Returns:
     The split's examples in stored order.
@@ -314,7 +327,8 @@ def jsonl(path: str, *, question_key: str = "question",
     path: the file.
     question_key: key of the question in each object.
     answer_key: key of the reference answer (numbers become strings).
-    instruction: appended to every question, e.g. `ANSWER_INSTRUCTION`.
+    instruction: appended to every question, e.g.
+      `rewards.ANSWER_INSTRUCTION`.
 
   Returns:
     The examples in file order. A malformed line or a missing key raises a

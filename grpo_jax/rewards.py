@@ -32,7 +32,7 @@ RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list]
 
 SCORE_MODES = ("sum",) + advantages_lib.MULTI_REWARD_MODES
 
-# The answer format every embedded prompt asks for (see data.py).
+# The answer format as a question suffix (data.SYSTEM_PROMPT asks for the same).
 ANSWER_INSTRUCTION = "Put your final answer in \\boxed{}."
 
 _TIMEOUT_SECONDS = 5
@@ -126,9 +126,9 @@ def format_reward(prompts: Sequence[str], completions: Sequence[str],
                   answers: Sequence[str]) -> list:
   """1.0 where the completion ends with a nonempty ``\\boxed{...}``, else 0.0.
 
-  This is the format `ANSWER_INSTRUCTION` asks for. Trailing whitespace,
-  ``$`` and closing punctuation are allowed after the box; further text is not,
-  so the box really is the final answer.
+  This is the format `data.SYSTEM_PROMPT` and `ANSWER_INSTRUCTION` ask for.
+  Trailing whitespace, ``$`` and closing punctuation are allowed after the box;
+  further text is not, so the box really is the final answer.
 
   Args:
     prompts: N prompts (unused).

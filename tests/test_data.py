@@ -9,7 +9,7 @@ from grpo_jax import data
 from grpo_jax import rewards
 from grpo_jax import testing
 
-_QUESTION = re.compile(r"What is (.+)\? ")
+_QUESTION = re.compile(r"What is (.+?)\?")
 
 
 def _expression(example):
@@ -107,11 +107,18 @@ def test_arithmetic_task_rejects_bad_settings(kwargs, match):
     data.ArithmeticTask(**kwargs)
 
 
-def test_instruction_in_question():
-  question = data.ArithmeticTask().train(0, 1)[0].question
-  assert question.endswith(rewards.ANSWER_INSTRUCTION)
-  bare = data.ArithmeticTask(instruction=None).train(0, 1)[0].question
+def test_questions_are_bare_unless_instructed():
+  bare = data.ArithmeticTask().train(0, 1)[0].question
   assert re.fullmatch(r"What is \d \+ \d\?", bare)
+  task = data.ArithmeticTask(instruction=rewards.ANSWER_INSTRUCTION)
+  question = task.train(0, 1)[0].question
+  assert question == bare + " " + rewards.ANSWER_INSTRUCTION
+
+
+def test_system_prompt_asks_for_the_rewarded_format():
+  assert "\\boxed{" in data.SYSTEM_PROMPT
+  # A completion that follows the instruction earns the format reward.
+  assert rewards.format_reward([""], ["1 + 2 = 3, so \\boxed{3}"], [""]) == [1.0]
 
 
 def _examples(n):
@@ -209,8 +216,8 @@ def _gsm8k_records(builder, split, **kwargs):
 def test_gsm8k_maps_records_via_data_source():
   tfds = pytest.importorskip("tensorflow_datasets")
   with tfds.testing.mock_data(as_data_source_fn=_gsm8k_records):
-    train = data.gsm8k("train")
-    test = data.gsm8k("test", instruction=None)
+    train = data.gsm8k("train", instruction=rewards.ANSWER_INSTRUCTION)
+    test = data.gsm8k("test")
   assert [e.answer for e in train] == ["7", "2400"]
   assert train[0].question == ("Tom has 3 apples and buys 4. How many? "
                                + rewards.ANSWER_INSTRUCTION)
@@ -220,7 +227,7 @@ def test_gsm8k_maps_records_via_data_source():
 def test_gsm8k_default_mock_data():
   tfds = pytest.importorskip("tensorflow_datasets")
   with tfds.testing.mock_data(num_examples=6):
-    examples = data.gsm8k("train", instruction=None)
+    examples = data.gsm8k("train")
   assert len(examples) == 6
   assert all(isinstance(e.question, str) and isinstance(e.answer, str)
              for e in examples)
@@ -239,3 +246,16 @@ def test_format_prompt_without_template_raises():
   tokenizer.chat_template = None
   with pytest.raises(ValueError, match="chat_template"):
     data.format_prompt(tokenizer, "q")
+
+
+@pytest.mark.real_model
+def test_format_prompt_with_smollm2_tokenizer():
+  from grpo_jax.models import loading  # pylint: disable=g-import-not-at-top
+  path = loading.embedded_model_path("smollm2-135m-instruct")
+  tokenizer = loading.load_tokenizer(path.parent, gguf_file=path.name)
+  question = data.ArithmeticTask().heldout(1)[0].question
+  text = data.format_prompt(tokenizer, question,
+                            system_prompt=data.SYSTEM_PROMPT)
+  assert text == (f"<|im_start|>system\n{data.SYSTEM_PROMPT}<|im_end|>\n"
+                  f"<|im_start|>user\n{question}<|im_end|>\n"
+                  "<|im_start|>assistant\n")
