@@ -32,7 +32,7 @@ from jax import lax
 # Bytes of float32 logits one chunk may hold. Small chunks keep a CPU matmul's
 # operands near the caches; large ones keep an accelerator busy between the
 # while-loop iterations.
-CPU_CHUNK_BYTES = 32 * 2**20
+CPU_CHUNK_BYTES = 48 * 2**20
 ACCELERATOR_CHUNK_BYTES = 512 * 2**20
 
 

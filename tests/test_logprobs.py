@@ -199,7 +199,7 @@ def test_out_of_range_target_is_nan():
 
 
 def test_default_chunk_size():
-  assert logprobs.default_chunk_size(49152, backend="cpu") == 168
+  assert logprobs.default_chunk_size(49152, backend="cpu") == 256
   assert logprobs.default_chunk_size(49152, backend="gpu") == 2688
   assert logprobs.default_chunk_size(49152, backend="gpu") % 128 == 0
   # A huge vocabulary still gets one tile of rows.
@@ -265,3 +265,21 @@ def test_traced_temperature_raises():
     jax.jit(fn)(jnp.float32(0.5))
   with pytest.raises(ValueError, match="temperature"):
     logprobs.tempered_log_softmax(jnp.zeros((2, 3)), 0.0)
+
+
+def test_loss_benchmark_smoke(tmp_path):
+  """experiments/benchmarks/loss.py at tiny shapes: every configuration computes
+  the same loss, the table and the JSON come out."""
+  from experiments.benchmarks import loss as bench
+  path = tmp_path / "bench.json"
+  results = bench.main([
+      "--n", "3", "--t", "4", "--d", "8", "--v", "16", "--torch-rows", "2",
+      "--temperature", "0.7", "--chunk-size", "5", "--in-process",
+      "--configs", ",".join(bench.CONFIGS), "--json", str(path)])
+  assert [r["config"] for r in results] == list(bench.CONFIGS)
+  losses = [r["loss"] for r in results]
+  np.testing.assert_allclose(losses, losses[0], rtol=1e-5)
+  assert all(r["fits"] and r["time_s"] > 0 for r in results)
+  assert len(path.read_text().splitlines()) == len(bench.CONFIGS)
+  reference = next(r for r in results if r["config"] == bench.REFERENCE)
+  assert reference["time_vs_torch"] == 1.0
