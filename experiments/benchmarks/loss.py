@@ -232,7 +232,7 @@ def run_torch(args, config):
       loss = (term * mask[rows]).sum() / count
       loss.backward()
       run_s += time.perf_counter() - start
-      total_loss += float(loss)
+      total_loss += float(loss.detach())
       del logits, logp, term, loss
     elapsed = run_s if not elapsed else min(elapsed, run_s)
   peak = max(0, _peak_rss_bytes() - base)
