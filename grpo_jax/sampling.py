@@ -45,7 +45,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
+from grpo_jax.models import transformer
 
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
@@ -88,7 +90,7 @@ class DecodeState(NamedTuple):
   """The fixed-size carry of the decode loop (N rows, T new tokens)."""
   step: jnp.ndarray  # [] int32, index of the next token to draw.
   last_tokens: jnp.ndarray  # [N] int32, the token drawn at step - 1.
-  cache: object  # models.KVCache, each [layers, N, L, K, head_dim].
+  cache: tuple  # per layer (k, v), each [N, L, K, head_dim].
   done: jnp.ndarray  # [N] bool, the row has produced an end id.
   lengths: jnp.ndarray  # [N] int32, tokens drawn while live (end id included).
   tokens: jnp.ndarray  # [N, T] int32
@@ -234,8 +236,10 @@ def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
   module docstring.
   """
   scaled = logits / temperature
-  # log_softmax(scaled)[y] without materialising the normalised [N, V] array.
-  log_normaliser = jax.nn.logsumexp(scaled, axis=-1)
+  # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
+  # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
+  scaled_max = scaled.max(axis=-1)
+  log_total = jnp.log(jnp.exp(scaled - scaled_max[:, None]).sum(axis=-1))
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
     truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
@@ -257,17 +261,57 @@ def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
         jnp.take_along_axis(values, choice[:, None], axis=-1)[:, 0]
         - jax.nn.logsumexp(values, axis=-1))
   tempered_logprobs = (
-      jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
-      - log_normaliser)
+      (jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
+       - scaled_max) - log_total)
   if truncated_logprobs is None:
     truncated_logprobs = tempered_logprobs
   return tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs
 
 
+def _split_layers(tree, num_layers):
+  """A tree stacked on a leading layer axis -> a tuple of per-layer trees."""
+  return tuple(jax.tree.map(lambda x, i=i: x[i], tree)
+               for i in range(num_layers))
+
+
+def _decode_forward(params, layers, config, tokens, positions, attention_mask,
+                    caches, cache_index):
+  """`models.forward` for the decode step, with the layer loop unrolled.
+
+  Same blocks and numerics as the scanned model. Inside the decode loop a scan
+  would slice every layer's weights out of the stacked arrays at each step;
+  with per-layer weights (`layers`, sliced once before the loop) and per-layer
+  caches each step reads the weights in place and updates each cache in place.
+
+  Args:
+    params: the model params (embedding and final norm are read).
+    layers: `_split_layers(params["layers"])`.
+    config: the ModelConfig.
+    tokens: [N, 1] int32.
+    positions: [N, 1] int32.
+    attention_mask: [N, 1, L] bool.
+    caches: tuple over layers of (k, v), each [N, L, K, hd].
+    cache_index: int32 scalar, the slot written.
+
+  Returns:
+    (hidden [N, 1, D], new caches).
+  """
+  x = jnp.take(params["embed"], tokens, axis=0).astype(config.compute_dtype)
+  cos, sin = transformer.rope_cos_sin(positions, config.head_dim,
+                                      config.rope_theta)
+  block = transformer.Block(config)
+  new_caches = []
+  for layer_params, layer_cache in zip(layers, caches):
+    x, new_cache = block.apply({"params": layer_params}, x, layer_cache, cos,
+                               sin, attention_mask, cache_index)
+    new_caches.append(new_cache)
+  hidden = transformer.rms_norm(x, params["final_norm"], config.rms_norm_eps)
+  return hidden, tuple(new_caches)
+
+
 def _last_logits(hidden, unembedding):
   """[N, D] hidden states -> [N, V] float32 logits of that one position."""
-  return jnp.dot(hidden.astype(jnp.float32), unembedding,
-                 preferred_element_type=jnp.float32)
+  return logprobs_lib.project_logits(hidden, unembedding)
 
 
 @functools.partial(
@@ -281,8 +325,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   num_prompts, prompt_length = prompt_tokens.shape
   num_rows = num_prompts * num_samples
   cache_length = prompt_length + max_new_tokens
-  # Hoisted out of the loop: the (possibly transposed / cast) output matrix.
-  unembedding = models.unembedding(params, config).astype(jnp.float32)
+  # Hoisted out of the loop: the (possibly transposed) output matrix.
+  unembedding = models.unembedding(params, config)
 
   # Prefill. Slot j of the cache holds prompt column j, then new token j - Sp.
   prompt_lengths = prompt_mask.sum(-1).astype(jnp.int32)  # [P]
@@ -303,7 +347,10 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   # Groups share the prefilled prompt: rows p*G + g copy prompt p.
   def repeat(x, axis=0):
     return jnp.repeat(x, num_samples, axis=axis)
-  cache = jax.tree.map(lambda c: repeat(c, axis=1), cache)
+  # Per-layer caches and weights for the unrolled decode step.
+  cache = tuple(zip(_split_layers(repeat(cache.k, axis=1), config.num_layers),
+                    _split_layers(repeat(cache.v, axis=1), config.num_layers)))
+  layers = _split_layers(params["layers"], config.num_layers)
   logits = repeat(logits)
   row_lengths = repeat(prompt_lengths)  # [N]
   row_slots = repeat(prompt_slots)  # [N, L]
@@ -338,10 +385,10 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
     slot = prompt_length + step - 1  # where the last drawn token goes
     attention_mask = (row_slots | (slots[None, :] >= prompt_length)) & (
         slots[None, :] <= slot)
-    hidden, cache = models.forward(
-        params, config, state.last_tokens[:, None],
+    hidden, cache = _decode_forward(
+        params, layers, config, state.last_tokens[:, None],
         (row_lengths + step - 1)[:, None], attention_mask[:, None, :],
-        cache=state.cache, cache_index=slot)
+        state.cache, slot)
     state = state._replace(cache=cache)
     return record(state, step, _last_logits(hidden[:, 0], unembedding))
 

@@ -1,5 +1,6 @@
 """Tests for grpo_jax.sampling: cache exactness, log-probs, EOS, groups, jit."""
 
+import functools
 import importlib.metadata
 import pathlib
 
@@ -34,14 +35,30 @@ def prompts():
   return sampling.pad_prompts(PROMPTS, buckets=(8, 16))
 
 
-def reference_logits(params, config, sequence):
-  """[len(sequence), V] float32 logits of a full uncached forward, in numpy."""
-  tokens = jnp.asarray([sequence], jnp.int32)
+REFERENCE_LENGTH = 16
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def full_forward(params, config, tokens):
+  """Uncached hidden states [1, S, D] of one right-padded sequence [1, S]."""
   ones = jnp.ones_like(tokens)
   hidden, _ = models.forward(params, config, tokens,
                              models.positions_from_mask(ones),
                              models.causal_attention_mask(ones))
-  return testing.numpy(models.logits(params, config, hidden))[0]
+  return hidden
+
+
+def reference_logits(params, config, sequence):
+  """[len(sequence), V] float32 logits of a full uncached forward, in numpy.
+
+  Right padding to one length keeps a single compile; causal attention makes
+  it invisible to the real positions.
+  """
+  tokens = np.zeros((1, REFERENCE_LENGTH), np.int32)
+  tokens[0, :len(sequence)] = sequence
+  hidden = full_forward(params, config, jnp.asarray(tokens))
+  logits = testing.numpy(models.logits(params, config, hidden))[0]
+  return logits[:len(sequence)]
 
 
 def run(model, prompts, key=0, **kwargs):
@@ -101,16 +118,16 @@ def test_tempered_logprobs_match_teacher_forced_token_logprobs(
   out = run(model, prompts, key=3, temperature=temperature)
   np.testing.assert_array_equal(out.logprobs, out.tempered_logprobs)
   for row, prompt in enumerate(PROMPTS):
-    sequence = jnp.asarray([list(prompt) + list(out.tokens[row])], jnp.int32)
-    ones = jnp.ones_like(sequence)
-    hidden, _ = models.forward(params, config, sequence,
-                               models.positions_from_mask(ones),
-                               models.causal_attention_mask(ones))
-    # Hidden state at position i predicts token i + 1.
-    result = logprobs_lib.token_logprobs(
-        hidden[:, len(prompt) - 1:-1], models.unembedding(params, config),
-        sequence[:, len(prompt):], temperature=temperature)
-    recomputed = result[0] if isinstance(result, tuple) else result
+    sequence = list(prompt) + list(out.tokens[row])
+    tokens = np.zeros((1, REFERENCE_LENGTH), np.int32)
+    tokens[0, :len(sequence)] = sequence
+    hidden = full_forward(params, config, jnp.asarray(tokens))
+    # The hidden state at position i predicts token i + 1.
+    start = len(prompt) - 1
+    recomputed = logprobs_lib.token_logprobs(
+        hidden[:, start:start + T], models.unembedding(params, config),
+        jnp.asarray(tokens[:, start + 1:start + 1 + T]),
+        temperature=temperature).logp
     np.testing.assert_allclose(out.tempered_logprobs[row],
                                testing.numpy(recomputed)[0], atol=1e-4)
 
@@ -215,23 +232,26 @@ def test_all_rows_ended_early_pads_the_rest(model, prompts):
 # --- groups --------------------------------------------------------------------
 
 
-def test_groups_prefill_once_and_repeat_prompt_major(model, prompts,
-                                                     monkeypatch):
-  config, params = model
+def test_groups_prefill_once_and_repeat_prompt_major(model, monkeypatch):
   calls = []
-  forward = models.forward
 
-  def recording_forward(params, config, tokens, *args, **kwargs):
-    calls.append(tokens.shape)
-    return forward(params, config, tokens, *args, **kwargs)
+  def recording(name, function):
+    def wrapped(*args, **kwargs):
+      tokens = next(a for a in args if getattr(a, "dtype", None) == jnp.int32)
+      calls.append((name, tokens.shape))
+      return function(*args, **kwargs)
+    return wrapped
 
-  monkeypatch.setattr(models, "forward", recording_forward)
-  sampling._sample.clear_cache()  # pylint: disable=protected-access
+  monkeypatch.setattr(models, "forward", recording("prefill", models.forward))
+  monkeypatch.setattr(sampling, "_decode_forward",
+                      recording("decode", sampling._decode_forward))  # pylint: disable=protected-access
+  # Bucket 16: a shape no other test uses, so the sampler is traced here.
+  prompts = sampling.pad_prompts(PROMPTS, buckets=(16,))
   groups = 3
   greedy = run(model, prompts, greedy=True, num_samples=groups)
-  prompt_tokens = prompts[0]
   # One prefill over the P prompts, one traced decode step over N = P*G rows.
-  assert calls == [prompt_tokens.shape, (len(PROMPTS) * groups, 1)]
+  assert calls == [("prefill", (len(PROMPTS), 16)),
+                   ("decode", (len(PROMPTS) * groups, 1))]
   single = run(model, prompts, greedy=True)
   np.testing.assert_array_equal(greedy.tokens,
                                 np.repeat(single.tokens, groups, axis=0))
