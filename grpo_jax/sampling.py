@@ -314,6 +314,36 @@ def _last_logits(hidden, unembedding):
   return logprobs_lib.project_logits(hidden, unembedding)
 
 
+def _prefill(params, config, prompt_tokens, prompt_mask, prompt_slots,
+             unembedding):
+  """Writes the prompts into a fresh cache; returns (cache, next logits).
+
+  Slot j of the cache holds prompt column j (then new token j - Sp).
+
+  Args:
+    prompt_tokens: [P, Sp] int32, left-padded.
+    prompt_mask: [P, Sp] bool.
+    prompt_slots: [P, L] bool, `prompt_mask` padded with False to L.
+
+  Returns:
+    (models.KVCache, each [layers, P, L, K, hd]; logits [P, V] float32 of the
+    token after each prompt).
+  """
+  num_prompts, prompt_length = prompt_tokens.shape
+  cache_length = prompt_slots.shape[1]
+  positions = models.positions_from_mask(prompt_mask)
+  slots = jnp.arange(cache_length)[None, :]
+  queries = jnp.arange(prompt_length)[:, None]
+  # A padding query attends to itself only, so its (unused) cache entry stays
+  # finite; real queries attend to real earlier slots.
+  attention_mask = (((slots <= queries)[None] & prompt_slots[:, None, :])
+                    | (slots == queries)[None])
+  cache = models.init_cache(config, num_prompts, cache_length)
+  hidden, cache = models.forward(params, config, prompt_tokens, positions,
+                                 attention_mask, cache=cache, cache_index=0)
+  return cache, _last_logits(hidden[:, -1], unembedding)
+
+
 @functools.partial(
     jax.jit, static_argnames=("config", "num_samples", "max_new_tokens",
                               "top_k", "top_p", "greedy", "eos_ids", "pad_id"))
@@ -328,22 +358,11 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   # Hoisted out of the loop: the (possibly transposed) output matrix.
   unembedding = models.unembedding(params, config)
 
-  # Prefill. Slot j of the cache holds prompt column j, then new token j - Sp.
-  prompt_lengths = prompt_mask.sum(-1).astype(jnp.int32)  # [P]
-  positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
-  slots = jnp.arange(cache_length)
-  causal = slots[None, :] <= jnp.arange(prompt_length)[:, None]  # [Sp, L]
   prompt_slots = jnp.pad(prompt_mask, ((0, 0), (0, max_new_tokens)))  # [P, L]
-  # A padding query attends to itself only, so its (unused) cache entry stays
-  # finite; real queries attend to real earlier slots.
-  diagonal = slots[None, :] == jnp.arange(prompt_length)[:, None]
-  prefill_mask = (causal[None] & prompt_slots[:, None, :]) | diagonal[None]
-  cache = models.init_cache(config, num_prompts, cache_length)
-  hidden, cache = models.forward(
-      params, config, prompt_tokens, positions.astype(jnp.int32), prefill_mask,
-      cache=cache, cache_index=0)
-  logits = _last_logits(hidden[:, -1], unembedding)  # [P, V]
+  cache, logits = _prefill(params, config, prompt_tokens, prompt_mask,
+                           prompt_slots, unembedding)
 
+  slots = jnp.arange(cache_length)
   # Groups share the prefilled prompt: rows p*G + g copy prompt p.
   def repeat(x, axis=0):
     return jnp.repeat(x, num_samples, axis=axis)
@@ -352,7 +371,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
                     _split_layers(repeat(cache.v, axis=1), config.num_layers)))
   layers = _split_layers(params["layers"], config.num_layers)
   logits = repeat(logits)
-  row_lengths = repeat(prompt_lengths)  # [N]
+  row_lengths = repeat(prompt_mask.sum(-1).astype(jnp.int32))  # [N]
   row_slots = repeat(prompt_slots)  # [N, L]
   eos = jnp.asarray(eos_ids, jnp.int32)
 
