@@ -285,9 +285,10 @@ def test_fully_masked_query_rows_give_finite_values_and_grads():
   mask = jnp.array([[0, 0, 1, 1]], bool)
 
   def loss(params):
+    # remat=True also exercises the rematerialised scan body.
     hidden, _ = models.forward(params, config, tokens,
                                models.positions_from_mask(mask),
-                               models.causal_attention_mask(mask))
+                               models.causal_attention_mask(mask), remat=True)
     return jnp.sum(models.logits(params, config, hidden) ** 2)
 
   value, grads = jax.jit(jax.value_and_grad(loss))(params)
