@@ -38,6 +38,7 @@ from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import sharding
 
 
 class TrainState(NamedTuple):
@@ -429,6 +430,15 @@ def build(config) -> Run:
   beta = float(config.kl.beta)
   # A distinct copy: update_fn donates the state's buffers.
   ref_params = jax.tree.map(jnp.copy, params) if beta > 0 else None
+  # Params, optimiser state and reference params laid out on the mesh.
+  mesh = sharding.mesh_from_config(config.mesh)
+  sharding.check_rows(
+      config.train.minibatch_size or
+      config.rollout.num_prompts * config.rollout.num_generations, mesh,
+      name="train.minibatch_size")
+  state = sharding.shard_tree(state, state.params, mesh)
+  if ref_params is not None:
+    ref_params = sharding.shard_params(ref_params, mesh)
   horizon = config.objective.horizon or None
   update_fn = make_update_fn(
       model_config=model_config, optimizer=optimizer,
@@ -439,7 +449,8 @@ def build(config) -> Run:
       kl_estimator=config.kl.estimator,
       temperature=config.rollout.temperature,
       microbatch_size=config.train.microbatch_size,
-      chunk_size=config.train.chunk_size)
+      chunk_size=config.train.chunk_size, jit=False)
+  update_fn = sharding.jit_sharded(update_fn, state, mesh)
   rollout_fn = rollout_lib.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, update_fn,
              rollout_fn)
@@ -496,7 +507,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   checkpointer = checkpoint_lib.Checkpointer(
       os.path.join(workdir, "checkpoints"),
       max_to_keep=config.checkpoint.max_to_keep)
-  state = run.state
+  # A copy: update_fn donates the state's buffers, and run.state must stay
+  # usable (tests reuse one `run` for several trainings).
+  state = jax.tree.map(jnp.copy, run.state)
   start = checkpointer.latest_step() or 0
   if start:
     state, _ = checkpointer.restore(state, start)

@@ -1,0 +1,182 @@
+"""Checkpoints: round trip, atomicity, exact resume, and surviving SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import grpo as grpo_config
+from configs import r2vpo as r2vpo_config
+from grpo_jax import checkpoint
+from grpo_jax import metrics
+from grpo_jax import testing
+from grpo_jax import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_state(objective="r2vpo"):
+  optimizer = train.make_optimizer(learning_rate=1e-3, warmup_steps=2,
+                                   decay="cosine", total_steps=10)
+  params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+  state = train.init_state(params, optimizer, seed=3, objective_name=objective,
+                           objective_state_kwargs={"lam0": 0.5})
+  return state._replace(step=jnp.asarray(7, jnp.int32))
+
+
+def test_round_trip_restores_every_leaf_and_the_metadata(tmp_path):
+  state = small_state()
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  ckpt.save(7, state, {"note": "hello"})
+  template = jax.tree.map(jnp.zeros_like, state)
+  restored, meta = ckpt.restore(template)
+  ckpt.close()
+  testing.assert_close(restored, state, rtol=0, atol=0)
+  assert jax.tree.structure(restored) == jax.tree.structure(state)
+  assert float(restored.objective_state.lam) == 0.5
+  assert meta == {"note": "hello", "step": 7}
+
+
+def test_keeps_only_the_newest_and_restores_the_latest(tmp_path):
+  state = small_state(objective="ppo_clip")
+  ckpt = checkpoint.Checkpointer(str(tmp_path), max_to_keep=2)
+  for step in (1, 2, 3):
+    ckpt.save(step, state._replace(step=jnp.asarray(step, jnp.int32)))
+  assert ckpt.all_steps() == [2, 3]
+  restored, meta = ckpt.restore(state)
+  assert int(restored.step) == 3 and meta["step"] == 3
+  ckpt.close()
+
+
+def test_an_unfinished_save_is_not_a_checkpoint(tmp_path):
+  state = small_state(objective="ppo_clip")
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  ckpt.save(2, state)
+  ckpt.close()
+  # What a save killed midway leaves: orbax's temporary directory, never
+  # renamed to its final name.
+  os.makedirs(tmp_path / "4.orbax-checkpoint-tmp-1234" / "state")
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  assert ckpt.latest_step() == 2
+  restored, _ = ckpt.restore(state)
+  testing.assert_close(restored.params, state.params, rtol=0, atol=0)
+  ckpt.close()
+
+
+def test_restore_without_checkpoint_raises(tmp_path):
+  with pytest.raises(FileNotFoundError):
+    checkpoint.Checkpointer(str(tmp_path)).restore(small_state())
+
+
+def test_metrics_writer_drops_records_after_the_resumed_step(tmp_path):
+  writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
+  for step in range(4):
+    writer.write(step, {"reward": step})
+  writer.close()
+  writer = metrics.MetricsWriter(str(tmp_path), start_step=2,
+                                 tensorboard=False)
+  writer.write(2, {"reward": 20.0})
+  writer.close()
+  records = metrics.read(os.path.join(tmp_path, metrics.METRICS_FILE))
+  assert [(r["step"], r["reward"]) for r in records] == [
+      (0, 0.0), (1, 1.0), (2, 20.0)]
+
+
+# ----------------------------------------------------------------- resume
+
+
+class Crash(Exception):
+  pass
+
+
+def without_timing(records):
+  return [{k: v for k, v in r.items()
+           if not k.startswith("time/") and "per_s" not in k}
+          for r in records]
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+  config = r2vpo_config.get_config("tiny")  # stateful objective: lam too
+  config.train.num_steps = 4
+  config.checkpoint.every = 2
+  config.metrics.tensorboard = False
+  config.metrics.plot = False
+  run = train.build(config)
+  straight = train.train(config, str(tmp_path / "a"), run=run)
+
+  def crash_at_step_2(step, record):
+    if step == 2:  # after step 2's metrics, before its checkpoint
+      raise Crash()
+
+  with pytest.raises(Crash):
+    train.train(config, str(tmp_path / "b"), run=run, callback=crash_at_step_2)
+  resumed = train.train(config, str(tmp_path / "b"), run=run)
+  testing.assert_close(resumed, straight, rtol=0, atol=0)
+  a = metrics.read(str(tmp_path / "a" / metrics.METRICS_FILE))
+  b = metrics.read(str(tmp_path / "b" / metrics.METRICS_FILE))
+  assert [r["step"] for r in b] == [0, 1, 2, 3]
+  assert without_timing(a) == without_timing(b)
+
+
+# ---------------------------------------------------------------- SIGKILL
+
+
+def cli_env(cache_dir):
+  env = dict(os.environ)
+  env.update(JAX_DISABLE_MOST_OPTIMIZATIONS="true",
+             JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             PYTHONPATH=ROOT)
+  return env
+
+
+def train_command(workdir, *flags):
+  return [sys.executable, "-m", "experiments.train",
+          "--config=configs/grpo.py:tiny", f"--workdir={workdir}",
+          "--config.metrics.tensorboard=False", *flags]
+
+
+def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
+  workdir = tmp_path / "run"
+  flags = ("--config.train.num_steps=8", "--config.checkpoint.every=1")
+  process = subprocess.Popen(train_command(workdir, *flags), cwd=ROOT,
+                             env=cli_env(tmp_path / "cache"),
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  ckpt_dir = workdir / "checkpoints"
+  deadline = time.time() + 600
+  try:
+    # Kill while it saves: wait for the second checkpoint, then kill at once.
+    while time.time() < deadline and process.poll() is None:
+      steps = [d for d in os.listdir(ckpt_dir)] if ckpt_dir.exists() else []
+      if len([d for d in steps if d.isdigit()]) >= 2:
+        break
+      time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+  finally:
+    process.wait()
+  killed_at = checkpoint.Checkpointer(str(ckpt_dir)).latest_step()
+  assert killed_at is not None and killed_at < 8
+
+  rerun = subprocess.run(train_command(workdir, *flags), cwd=ROOT,
+                         env=cli_env(tmp_path / "cache"), capture_output=True,
+                         text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert f"resuming from the checkpoint of step {killed_at}" in rerun.stderr
+  records = metrics.read(str(workdir / metrics.METRICS_FILE))
+  assert [r["step"] for r in records] == list(range(8))
+  ckpt = checkpoint.Checkpointer(str(ckpt_dir))
+  assert ckpt.latest_step() == 8
+  template = train.build(grpo_config.get_config("tiny")).state
+  state, meta = ckpt.restore(template)
+  assert int(state.step) == 8 and meta["step"] == 8
+  testing.assert_finite(state.params)
+  json.loads(meta["config"])
