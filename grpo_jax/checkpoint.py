@@ -92,6 +92,17 @@ class Checkpointer:
         }))
     return restored[STATE], dict(restored[METADATA])
 
+  def metadata(self, step: Optional[int] = None) -> dict:
+    """The JSON metadata of checkpoint `step` (default: the latest) alone."""
+    if step is None:
+      step = self.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {self.directory}.")
+    restored = self._manager.restore(
+        int(step), args=ocp.args.Composite(**{
+            METADATA: ocp.args.JsonRestore()}))
+    return dict(restored[METADATA])
+
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()

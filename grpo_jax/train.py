@@ -536,6 +536,17 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   return state
 
 
+def restore_metadata(workdir: str, *, step=None) -> tuple:
+  """(step, metadata) of a run's checkpoint (default: the latest)."""
+  checkpointer = checkpoint_lib.Checkpointer(
+      os.path.join(workdir, "checkpoints"))
+  try:
+    step = checkpointer.latest_step() if step is None else step
+    return step, checkpointer.metadata(step)
+  finally:
+    checkpointer.close()
+
+
 def restore(workdir: str, template: TrainState, *, step=None):
   """(state, metadata) of a run's checkpoint `step` (default: the latest)."""
   checkpointer = checkpoint_lib.Checkpointer(
