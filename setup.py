@@ -29,8 +29,10 @@ setup(
         # torch only as a reference in tests and benchmarks; install
         # torch==2.13.0 first on CPU machines (see README).
         # accelerate: transformers needs it to load the GGUF reference model.
-        "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26"],
+        "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26",
+                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
         "bench": ["torch>=2.4", "trl>=0.20"],
-        "notebooks": ["jupyter", "matplotlib>=3.8"],
+        "notebooks": ["jupyter", "matplotlib>=3.8", "nbclient>=0.10",
+                      "nbformat>=5.9", "ipykernel>=6.29"],
     },
 )
