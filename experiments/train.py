@@ -9,19 +9,36 @@ the config is validated before any model is loaded. Rerunning the same
 command resumes from the latest checkpoint in the workdir.
 """
 
+import os
+
+import logging
+
 from absl import app
 from absl import flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 import tqdm
 
 from configs import common
+from grpo_jax import sharding
 from grpo_jax import train as train_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A configs/<variant>.py file, optionally :tiny.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", os.environ.get("GRPO_JAX_DISTRIBUTED", "") == "1",
+    "Call jax.distributed.initialize() first (one process per host); "
+    "default from the env var GRPO_JAX_DISTRIBUTED=1.")
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+class _QuietOrbax(logging.Filter):
+  """Keeps orbax's per-save INFO lines off the console (warnings pass)."""
+
+  def filter(self, record):
+    return "orbax" not in record.pathname or record.levelno >= logging.WARNING
 
 
 def progress_bar(config):
@@ -41,7 +58,12 @@ def progress_bar(config):
 
 def main(argv):
   del argv
+  # Before anything touches a device.
+  sharding.maybe_initialize_distributed(_DISTRIBUTED.value)
   config = common.validate(_CONFIG.value)
+  if not sharding.is_main_process():
+    train_lib.train(config, _WORKDIR.value)
+    return
   bar, callback = progress_bar(config)
   try:
     train_lib.train(config, _WORKDIR.value, callback=callback)
