@@ -110,7 +110,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.metrics.tensorboard = True
   c.metrics.plot = True
 
-  # Placeholder for the sharding module: (data, fsdp, tensor), -1 = the rest.
+  # grpo_jax.sharding: (data, fsdp, tensor) sizes, -1 = the rest of the
+  # devices; a product that divides the device count uses the first devices.
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = (1, -1, 1)
   c.mesh.axis_names = ("data", "fsdp", "tensor")
@@ -123,6 +124,7 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.data.prompt_buckets = (80,)  # character-level prompts
   c.rollout.num_prompts = 2
   c.rollout.num_generations = max(2, min(c.rollout.num_generations, 4))
+  c.mesh.shape = (1, 1, 1)  # one device: tiny batches need not split evenly
   c.rollout.max_new_tokens = 8
   c.rewards.overlong.max_length = 8
   c.rewards.overlong.cache_length = 2

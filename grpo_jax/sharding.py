@@ -316,8 +316,8 @@ def jit_sharded(update_fn: Callable, state, mesh: Mesh,
   Inputs and outputs keep one sharding (the state by `rules`, every batch
   array's rows over ('data', 'fsdp'), measurements replicated), so the
   function compiles once per batch shape and step t's output is step t+1's
-  input without any copy. Place batches with `shard_batch` first for a
-  clear error when the rows do not divide.
+  input without any copy. Each batch goes through `shard_batch` first (free
+  for rows already split; a clear error when they do not divide).
 
   Args:
     update_fn: ``(state, batch) -> (state, measurements)``, not jitted
@@ -331,9 +331,15 @@ def jit_sharded(update_fn: Callable, state, mesh: Mesh,
   # A spec shorter than an array's rank leaves the other axes whole, so one
   # sharding serves every array of the batch.
   batch_sh = NamedSharding(mesh, P(BATCH_AXES))
-  return jax.jit(update_fn, in_shardings=(state_sh, batch_sh),
-                 out_shardings=(state_sh, replicated(mesh)),
-                 donate_argnums=(0,) if donate else ())
+  jitted = jax.jit(update_fn, in_shardings=(state_sh, batch_sh),
+                   out_shardings=(state_sh, replicated(mesh)),
+                   donate_argnums=(0,) if donate else ())
+
+  def placed_update_fn(state, batch):
+    # jit refuses committed arrays laid out otherwise (e.g. log-probs from
+    # another jitted function); placing is free for already-split rows.
+    return jitted(state, shard_batch(batch, mesh))
+  return placed_update_fn
 
 
 # ------------------------------------------------------------ multi-host

@@ -358,3 +358,21 @@ def test_kv_cache_constraint_splits_rows_and_kv_heads():
   # 3 rows do not split over 4 devices: the constraint steps aside.
   odd = models.init_cache(CONFIG, batch=3, length=8)
   assert sharding.constrain(odd, m, sharding.cache_spec()) is odd
+
+
+def test_trainer_builds_and_steps_on_a_mesh():
+  """train.build lays state and reference params out by config.mesh; one
+  training step (rollout + sharded update) keeps the layout."""
+  from configs import grpo as grpo_config  # pylint: disable=g-import-not-at-top
+  config = grpo_config.get_config("tiny")
+  config.mesh.shape = (2, 2, 2)
+  config.kl.beta = 0.04
+  run = train.build(config)
+  q_sharding = NamedSharding(mesh((2, 2, 2)), P(None, "fsdp", "tensor"))
+  assert run.state.params["layers"]["attn"]["q"].sharding == q_sharding
+  assert run.ref_params["layers"]["attn"]["q"].sharding == q_sharding
+  state, measurements = train.train_step(
+      run, jax.tree.map(jnp.copy, run.state), 0)
+  assert state.params["layers"]["attn"]["q"].sharding == q_sharding
+  assert measurements["skipped_updates"] == 0.0
+  testing.assert_finite(jax.device_get(state.params))
