@@ -19,10 +19,8 @@ PROMPTS = ([1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11])
 
 @pytest.fixture(scope="module")
 def model():
-  config = models.ModelConfig(
-      model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64,
-      num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=1e5,
-      tie_word_embeddings=True, max_position_embeddings=64)
+  config = testing.tiny_config(tie_word_embeddings=True,
+                               max_position_embeddings=64)
   params = models.init_params(config, jax.random.key(0))
   # Larger weights than the init: peaked logits, so argmax has no near-ties.
   params = jax.tree.map(lambda x: x * 20.0 if x.ndim == 3 else x, params)
