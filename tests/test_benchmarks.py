@@ -106,3 +106,20 @@ def test_tiny_run_writes_json(tmp_path):
   assert out["grpo_jax_step_s"] > 0
   assert out["trl_step_s"] is None
   assert out["rows"][0]["grpo_jax"]["compiles_per_step"][1] == 0
+
+
+def test_summarize_needs_a_step_after_warmup():
+  with pytest.raises(ValueError, match="need more than 1"):
+    step_bench.summarize([dict(step_s=1.0)])
+
+
+def test_timer_records_each_call_and_keeps_the_output():
+  class Worker:
+    def double(self, x):
+      return 2 * x
+
+  worker = Worker()
+  timer = step_bench._Timer(worker, "double")  # pylint: disable=protected-access
+  assert [worker.double(3), worker.double(5)] == [6, 10]
+  assert timer.outputs == [6, 10]
+  assert len(timer.times) == 2 and all(t >= 0 for t in timer.times)

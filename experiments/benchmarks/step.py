@@ -85,6 +85,8 @@ def make_config(args, num_prompts):
 def summarize(steps, warmup=1):
   """Means over the steps after `warmup`, plus every step's total."""
   timed = steps[warmup:]
+  if not timed:
+    raise ValueError(f"got {len(steps)} timed steps; need more than {warmup}.")
   mean = lambda key: sum(s[key] for s in timed) / len(timed)
   return dict(
       step_s=mean("step_s"), sample_s=mean("sample_s"),
@@ -178,18 +180,18 @@ def trl_dataset(config, num_rows):
 
 
 class _Timer:
-  """Wraps a bound method; records the wall time of every call."""
+  """Wraps a bound method; records the wall time (and output) of each call."""
 
   def __init__(self, obj, name):
-    self.times = []
+    self.times, self.outputs = [], []
     original = getattr(obj, name)
 
     def timed(*a, **kw):
       start = time.perf_counter()
-      try:
-        return original(*a, **kw)
-      finally:
-        self.times.append(time.perf_counter() - start)
+      output = original(*a, **kw)
+      self.times.append(time.perf_counter() - start)
+      self.outputs.append(output)
+      return output
     setattr(obj, name, timed)
 
 
@@ -264,7 +266,10 @@ def run_trl(args, num_prompts):
   generate = _Timer(trainer, "_generate")
   rollout = _Timer(trainer, "_generate_and_score_completions")
   trainer.train()
-  lengths = trainer._metrics["train"]["completions/mean_length"]  # pylint: disable=protected-access
+  # Mean completion length (EOS included) per step; TRL's own metric is
+  # cleared when the trainer logs at the end.
+  lengths = [float(out["completion_mask"].sum(dim=1).float().mean())
+             for out in rollout.outputs]
   steps = [dict(step_s=total, sample_s=gen, logprob_s=roll - gen,
                 update_s=total - roll, completion_length=length)
            for total, gen, roll, length in zip(
