@@ -13,6 +13,8 @@ import inspect
 
 import ml_collections
 
+from grpo_jax import data
+
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
 DECAYS = ("cosine", "linear", "constant")
@@ -31,7 +33,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.task = "arithmetic"      # arithmetic | gsm8k | jsonl
   c.data.path = ""                # the JSONL file when task == "jsonl"
-  c.data.system_prompt = ""       # "" = the task's default
+  # The system message; "" leaves the chat template's own default.
+  c.data.system_prompt = data.SYSTEM_PROMPT
   # The arithmetic task: `operands` numbers of up to `digits` digits.
   c.data.digits = 1
   c.data.ops = ("+",)
