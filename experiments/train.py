@@ -7,6 +7,12 @@
 ``--config.a.b=value`` overrides a field; an unknown field is an error, and
 the config is validated before any model is loaded. Rerunning the same
 command resumes from the latest checkpoint in the workdir.
+
+Several hosts: run the same command on every host with ``--distributed``
+and a workdir all hosts see (e.g. a bucket or NFS path); outside TPU pods
+and SLURM also set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+JAX_PROCESS_ID (`sharding.maybe_initialize_distributed`). Process 0 shows
+the progress bar and writes metrics; every process saves checkpoints.
 """
 
 import os

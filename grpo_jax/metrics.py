@@ -36,6 +36,14 @@ def read(path: str) -> list:
     return [json.loads(line) for line in f if line.strip()]
 
 
+def to_record(step: int, measurements: Mapping[str, float]) -> dict:
+  """``{"step": step, name: float, ...}``, names sorted."""
+  record = {"step": int(step)}
+  for name, value in sorted(measurements.items()):
+    record[name] = to_float(value)
+  return record
+
+
 class MetricsWriter:
   """Appends step records to ``workdir/metrics.jsonl`` and TensorBoard.
 
@@ -65,9 +73,7 @@ class MetricsWriter:
 
   def write(self, step: int, measurements: Mapping[str, float]) -> dict:
     """Logs one step's scalars; returns the record written."""
-    record = {"step": int(step)}
-    for name, value in sorted(measurements.items()):
-      record[name] = to_float(value)
+    record = to_record(step, measurements)
     # json has no NaN; keep the line valid and the fact visible.
     line = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v))
             for k, v in record.items()}

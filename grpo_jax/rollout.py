@@ -19,6 +19,24 @@ major (row ``p*G + g``):
 6. old log-probs recomputed by the trainer's own forward pass
    (`policy_logprobs`, same temperature), and reference log-probs only when
    beta > 0.
+
+Several processes (multi-host, one process per host) run the same program
+on one global mesh, and every process builds the same step:
+
+* prompts: every process reads all P prompts (``task.train`` is a pure
+  function of (seed, index), so they agree) and passes them to the jitted
+  sampler as host arrays, which jit takes as replicated inputs; sampling
+  and log-probs run as one SPMD program over the global mesh;
+* rewards need text on a host: every process gathers the sampler's output
+  whole (`to_host`: ``process_allgather`` of arrays other processes hold
+  shards of), decodes and scores only the rows of its own block of
+  prompts (`sharding.process_rows`, so P must be a multiple of the process
+  count), and the reward blocks [P/n, G, K] (and error counts) are
+  gathered back: every process then has the same rewards [P, G, K],
+  advantages and masks, and every measurement is global (not one host's);
+* the batch leaves as host-side or replicated arrays, whole on every process
+  (old and ref log-probs gathered with `to_host`); the sharded update
+  (`sharding.jit_sharded`) keeps each process's rows of it.
 """
 
 import functools
@@ -26,6 +44,7 @@ import time
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,6 +53,7 @@ from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import sampling
+from grpo_jax import sharding
 
 
 class Batch(NamedTuple):
@@ -122,6 +142,36 @@ def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
                        chunk_size=chunk_size)[0]
       for i in range(0, rows, size)]
   return jnp.concatenate(pieces, axis=0)
+
+
+# ------------------------------------------------------------ multi-host
+
+
+def to_host(tree):
+  """Numpy copies of `tree`'s arrays, whole on every process.
+
+  An array whose shards other processes hold (not fully addressable, not
+  replicated) is gathered with ``process_allgather``; every process must
+  call this together. Other leaves are copied locally.
+  """
+  def one(x):
+    if (isinstance(x, jax.Array) and not x.is_fully_addressable
+        and not x.is_fully_replicated):
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+  return jax.tree.map(one, tree)
+
+
+def gather_process_blocks(local: np.ndarray) -> np.ndarray:
+  """Every process's block of rows, concatenated in process order.
+
+  [R, ...] on each of n processes -> [n*R, ...] on every process (the
+  inverse of `sharding.process_rows`); the block itself on one process.
+  """
+  if jax.process_count() == 1:
+    return np.asarray(local)
+  return np.asarray(multihost_utils.process_allgather(
+      np.asarray(local), tiled=True))
 
 
 # ---------------------------------------------------------------- rewards
@@ -245,6 +295,9 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
   if beta > 0:
     ref_logp = batched_logprobs(ref_params, model_config, tokens, input_mask,
                                 sp, **logprob_kwargs)
+  if jax.process_count() > 1:
+    # Rows may lie on other hosts; the update places its rows itself.
+    old_logp, ref_logp = to_host((old_logp, ref_logp))
   return Batch(
       tokens=tokens, input_mask=input_mask,
       completion_mask=jnp.asarray(loss_mask, jnp.float32),
@@ -266,16 +319,22 @@ def _sample_round(params, examples, key, *, settings: Settings, model_config,
       max_new_tokens=s.max_new_tokens, temperature=s.temperature,
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
       eos_ids=tuple(eos_ids), pad_id=pad_id)
-  out = jax.device_get(out)
-  completions = decode_completions(tokenizer, out.tokens, out.lengths)
-  questions = [e.question for e in examples for _ in range(g)]
-  answers = [e.answer for e in examples for _ in range(g)]
+  out = to_host(out)
+  # Each process scores the completions of its own block of prompts.
+  block = sharding.process_rows(p)
+  rows = slice(block.start * g, block.stop * g)
+  local = examples[block]
+  completions = decode_completions(tokenizer, out.tokens[rows],
+                                   out.lengths[rows])
+  questions = [e.question for e in local for _ in range(g)]
+  answers = [e.answer for e in local for _ in range(g)]
   result = rewards_lib.score(
       {name: (fn, weight) for (name, fn), weight
        in zip(reward_fns.items(), s.reward_weights)},
       questions, completions, answers)
-  rewards = result.per_function
-  errors = np.asarray([result.num_errors[name] for name in reward_fns])
+  rewards = gather_process_blocks(result.per_function)  # [N, K]
+  errors = gather_process_blocks(np.asarray(
+      [[result.num_errors[name] for name in reward_fns]])).sum(axis=0)
   if overlong_fn is not None:
     penalty = np.asarray(overlong_fn(np.asarray(out.lengths)), np.float32)
     rewards = np.concatenate([rewards, penalty[:, None]], axis=-1)
@@ -470,6 +529,11 @@ def from_config(config, model_config, tokenizer) -> Callable:
   from grpo_jax import data  # pylint: disable=g-import-not-at-top
   r = config.rollout
   o = config.rewards.overlong
+  if r.num_prompts % jax.process_count():
+    raise ValueError(
+        f"rollout.num_prompts={r.num_prompts} does not split over "
+        f"{jax.process_count()} processes (each scores its own block of "
+        "prompts); make it a multiple of the process count.")
   settings = Settings(
       num_prompts=r.num_prompts, num_generations=r.num_generations,
       max_new_tokens=r.max_new_tokens, temperature=r.temperature,

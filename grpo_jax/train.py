@@ -474,7 +474,10 @@ def train_step(run: Run, state: TrainState, step: int):
   measurements.update(combine_update_measurements(update_measurements))
   jax.block_until_ready(state.params)
   t2 = time.perf_counter()
-  state = state._replace(step=jnp.asarray(step + 1, jnp.int32))
+  # Placed like the old count: replicated over the mesh, so that every
+  # process holds it and a multi-host checkpoint can save it.
+  state = state._replace(step=jax.device_put(
+      np.asarray(step + 1, np.int32), state.step.sharding))
   measurements["time/rollout_s"] = t1 - t0
   measurements["time/update_s"] = t2 - t1
   tokens = float(np.asarray(batch.input_mask).sum()) * c.train.num_iterations
@@ -492,6 +495,12 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   checkpoints under ``workdir/checkpoints`` (every ``checkpoint.every`` steps
   and at the end). If a checkpoint exists the run continues from the latest
   one, exactly as if it had never stopped.
+
+  On several processes every process calls `train` with the same config
+  and workdir (storage all of them see): all take part in each step and
+  in each orbax save, and only process 0 writes metrics, TensorBoard and
+  the plot. The measurements are global figures (see `rollout`), and
+  `callback` runs on every process with the same record.
 
   Args:
     config: a validated-or-not ConfigDict (validated here before compute).
@@ -515,22 +524,28 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
     state, _ = checkpointer.restore(state, start)
     logging.info("resuming from the checkpoint of step %d in %s", start,
                  workdir)
-  writer = metrics_lib.MetricsWriter(
-      workdir, start_step=start, tensorboard=config.metrics.tensorboard)
+  writer = None
+  if sharding.is_main_process():
+    writer = metrics_lib.MetricsWriter(
+        workdir, start_step=start, tensorboard=config.metrics.tensorboard)
   metadata = {"config": config.to_json_best_effort()}
   try:
     for step in range(start, config.train.num_steps):
       state, measurements = train_step(run, state, step)
-      record = writer.write(step, measurements)
+      if writer is not None:
+        record = writer.write(step, measurements)
+      else:
+        record = metrics_lib.to_record(step, measurements)
       if callback is not None:
         callback(step, record)
       done = step + 1
       if done % config.checkpoint.every == 0 or done == config.train.num_steps:
         checkpointer.save(done, state, metadata)
   finally:
-    writer.close()
+    if writer is not None:
+      writer.close()
     checkpointer.close()
-  if config.metrics.plot:
+  if writer is not None and config.metrics.plot:
     metrics_lib.plot(metrics_lib.read(writer.path),
                      os.path.join(workdir, metrics_lib.PLOT_FILE))
   return state
