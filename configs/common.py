@@ -125,6 +125,7 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Random tiny model and tiny shapes: the loop end to end in seconds."""
   c.model.name = TINY_MODEL
   c.data.prompt_buckets = (80,)  # character-level prompts
+  c.data.system_prompt = ""  # the character-level prompt stays short
   c.rollout.num_prompts = 2
   c.rollout.num_generations = max(2, min(c.rollout.num_generations, 4))
   c.mesh.shape = (1, 1, 1)  # one device: tiny batches need not split evenly
