@@ -41,6 +41,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.operands = 2
   c.data.prompt_buckets = (64, 128, 256)  # prompt lengths padded up to these
   c.data.heldout_size = 64        # evaluate.py's held-out problems
+  # Share of the arithmetic problems (or JSONL records) held out for evaluation.
+  c.data.heldout_fraction = 0.2
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.num_prompts = 8       # P per step
@@ -287,6 +289,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for field in ("minibatch_size", "microbatch_size", "logprob_batch_size"):
     _positive(c, f"train.{field}", allow_zero=True)
   _positive(c, "train.chunk_size")
+  if not 0.0 < c.data.heldout_fraction < 1.0:
+    _fail("data.heldout_fraction", f"{c.data.heldout_fraction!r} is not in (0, 1)",
+          "hold out a share such as 0.2")
   rows = r.num_prompts * r.num_generations
   minibatch = t.minibatch_size or rows
   if rows % minibatch:

@@ -514,13 +514,14 @@ def make_task(data_config, *, seed: int):
   if data_config.task == "arithmetic":
     return data.ArithmeticTask(
         digits=data_config.digits, ops=tuple(data_config.ops),
-        operands=data_config.operands, seed=seed)
+        operands=data_config.operands, seed=seed,
+        heldout_fraction=data_config.heldout_fraction)
   if data_config.task == "gsm8k":
     return data.ListDataset(data.gsm8k("train"), data.gsm8k("test"),
                             seed=seed)
   train, heldout = data.split_heldout(
       data.jsonl(data_config.path, instruction=data.ANSWER_INSTRUCTION),
-      fraction=0.1)
+      fraction=data_config.heldout_fraction)
   return data.ListDataset(train, heldout, seed=seed)
 
 
