@@ -11,6 +11,7 @@ middle of a save leaves a temporary directory that `latest_step` ignores, so
 the previous checkpoint stays the latest one.
 """
 
+import os
 from typing import Any, Optional
 
 import jax
@@ -40,7 +41,11 @@ class Checkpointer:
         # Leftovers of a save that was killed midway are removed at start-up.
         cleanup_tmp_directories=True,
     )
-    self.directory = str(directory)
+    # orbax needs an absolute path; local workdirs are often given relative
+    # (URLs such as gs://bucket/run are absolute already).
+    directory = str(directory)
+    self.directory = (directory if "://" in directory
+                      else os.path.abspath(directory))
     self._manager = ocp.CheckpointManager(
         self.directory, options=options, item_names=(STATE, METADATA))
 

@@ -44,6 +44,19 @@ def test_round_trip_restores_every_leaf_and_the_metadata(tmp_path):
   assert meta == {"note": "hello", "step": 7}
 
 
+def test_a_relative_directory_works(tmp_path, monkeypatch):
+  # The README's command passes a relative workdir; orbax wants absolute paths.
+  monkeypatch.chdir(tmp_path)
+  state = small_state(objective="ppo_clip")
+  ckpt = checkpoint.Checkpointer(os.path.join("runs", "checkpoints"))
+  ckpt.save(3, state)
+  restored, meta = ckpt.restore(state)
+  ckpt.close()
+  assert meta["step"] == 3
+  assert os.path.isdir(tmp_path / "runs" / "checkpoints" / "3")
+  testing.assert_close(restored, state, rtol=0, atol=0)
+
+
 def test_keeps_only_the_newest_and_restores_the_latest(tmp_path):
   state = small_state(objective="ppo_clip")
   ckpt = checkpoint.Checkpointer(str(tmp_path), max_to_keep=2)
