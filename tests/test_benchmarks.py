@@ -80,7 +80,9 @@ def test_trl_dataset_holds_grpo_jax_prompts_in_order():
   expected = [e for s in range(3) for e in task.train(s, 2)]
   assert len(dataset) == 6
   for row, example in zip(dataset, expected):
-    assert row["prompt"] == [{"role": "user", "content": example.question}]
+    assert row["prompt"] == [
+        {"role": "system", "content": c.data.system_prompt},
+        {"role": "user", "content": example.question}]
     assert row["answer"] == example.answer
   assert isinstance(task, data.ArithmeticTask)
 
