@@ -6,6 +6,8 @@ setup(
     description="GRPO and its family (DAPO, Dr. GRPO, GSPO, GMPO, CFPO, R2VPO, "
                 "SAPO, CISPO) in JAX/Flax.",
     packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
+    # The embedded model's tokenizer, converted once from its GGUF file.
+    package_data={"grpo_jax.models": ["tokenizers/*/*"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

@@ -357,3 +357,25 @@ def test_smollm2_matches_transformers_gguf_loading():
   # 30 layers on logits of magnitude ~20.
   np.testing.assert_allclose(got[0], expected, rtol=0, atol=5e-4)
   np.testing.assert_array_equal(got[0].argmax(-1), expected.argmax(-1))
+
+
+@pytest.mark.real_model
+def test_bundled_smollm2_tokenizer_equals_the_gguf_conversion():
+  # The bundled tokenizer lets the library load SmolLM2 without torch; it must
+  # be exactly what transformers derives from the GGUF file itself.
+  from grpo_jax.models import loading  # pylint: disable=g-import-not-at-top
+  path = loading.embedded_model_path("smollm2-135m-instruct")
+  bundled = loading._gguf_tokenizer(path)  # pylint: disable=protected-access
+  reference = loading.load_tokenizer(path.parent, gguf_file=path.name)
+  messages = [{"role": "system", "content": "Answer in \\boxed{}."},
+              {"role": "user", "content": "What is 17 + 25? Ünïcödé, tabs\t!"}]
+  for render in (
+      lambda t: t.apply_chat_template(messages, tokenize=False,
+                                      add_generation_prompt=True),
+      lambda t: t("  spaces, digits 12345 and <|im_end|>")["input_ids"],
+      lambda t: t.apply_chat_template(messages, tokenize=True,
+                                      add_generation_prompt=True),
+  ):
+    assert render(bundled) == render(reference)
+  assert models.eos_ids(bundled) == models.eos_ids(reference)
+  assert bundled.pad_token == reference.pad_token

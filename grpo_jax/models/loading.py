@@ -405,8 +405,28 @@ def _convert_gguf(path: pathlib.Path):
   params = params_from_hf_tensors(get_tensor, config, names=by_hf_name.keys())
   flat = {"/".join(p.key for p in path_): np.asarray(leaf)
           for path_, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
-  tokenizer = load_tokenizer(path.parent, gguf_file=path.name)
-  return config, flat, tokenizer
+  return config, flat, _gguf_tokenizer(path)
+
+
+# Tokenizers converted once from the embedded GGUF files and shipped with the
+# package: transformers' own GGUF tokenizer conversion imports torch, which the
+# library does not depend on.
+_BUNDLED_TOKENIZERS = pathlib.Path(__file__).parent / "tokenizers"
+
+
+def _gguf_tokenizer(path: pathlib.Path):
+  """The tokenizer of a GGUF file: bundled if known, else via transformers."""
+  bundled = _BUNDLED_TOKENIZERS / path.stem
+  if (bundled / "tokenizer.json").exists():
+    return load_tokenizer(bundled)
+  try:
+    return load_tokenizer(path.parent, gguf_file=path.name)
+  except ModuleNotFoundError as e:
+    raise ModuleNotFoundError(
+        f"{path.name}: reading a GGUF tokenizer goes through transformers' "
+        "GGUF integration, which needs torch; install it (CPU: "
+        "`pip install torch==2.13.0`) or load a Hugging Face directory "
+        "instead.") from e
 
 
 def unpermute_rope_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
