@@ -29,6 +29,6 @@ def get_config(arg=None):
   c.rewards.overlong.cache_length = 10
   c.kl.beta = 0.0
   c.optimizer.learning_rate = 2e-5
-  c.train.num_steps = 30
+  c.train.num_steps = 40
   c.checkpoint.every = 10
   return common.finalize(c, arg)
