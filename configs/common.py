@@ -105,7 +105,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.minibatch_size = 0      # rows per optimiser step; 0 = all N rows
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
-  c.train.chunk_size = 4096       # vocab chunk of the log-prob computation
+  c.train.chunk_size = 4096       # rows per chunk of the log-prob computation
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50

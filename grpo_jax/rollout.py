@@ -96,7 +96,7 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
     input_mask: [N, S], 1 on real prompt and completion tokens.
     completion_start: Sp, the column of the first completion token.
     temperature: the sampling temperature.
-    chunk_size: vocabulary chunk of `logprobs.token_logprobs`.
+    chunk_size: rows (of the flattened N*T) per chunk of `logprobs.token_logprobs`.
 
   Returns:
     (logp [N, T], entropy [N, T]) float32.

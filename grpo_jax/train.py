@@ -204,7 +204,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
     kl_estimator: ``k1``, ``k2`` or ``k3``.
     temperature: the sampling temperature (for `policy_logprobs`).
     microbatch_size: rows per accumulation step; 0 = the whole minibatch.
-    chunk_size: vocabulary chunk of the log-prob computation.
+    chunk_size: rows (of the flattened N*T) per chunk of the log-prob computation.
     jit: jit with the state donated (False for debugging).
   """
   objective = objectives.get(objective_name)
