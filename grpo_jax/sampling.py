@@ -40,6 +40,13 @@ and temperature ``tau`` each generated token ``y`` gets two numbers,
 Greedy decoding samples from a point mass, so its ``logprobs`` are 0, and its
 ``tempered_logprobs`` use ``tau = 1`` (``log_softmax(z)[y]``).
 
+Sharding: traced under ``with jax.set_mesh(mesh):`` (as the trainer does)
+the prefill, the grouped cache and every decode step split their rows over
+``('data', 'fsdp')`` and the key/value heads over ``'tensor'``
+(`sharding.constrain`), so each device decodes and caches only its rows;
+params may be laid out by `sharding.shard_params`. The tokens are the same as
+on one device.
+
 Randomness: the caller passes the key. A trainer must pass a fresh key per
 rollout, e.g. ``jax.random.fold_in(key, step)``; the same key and the same
 prompts give the same completions.
@@ -54,6 +61,7 @@ import numpy as np
 
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
+from grpo_jax import sharding
 from grpo_jax.models import transformer
 
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -303,7 +311,7 @@ def _decode_forward(params, layers, config, tokens, positions, attention_mask,
   Returns:
     (hidden [N, 1, D], new caches).
   """
-  x = jnp.take(params["embed"], tokens, axis=0).astype(config.compute_dtype)
+  x = transformer.embed_tokens(params["embed"], tokens, config.compute_dtype)
   cos, sin = transformer.rope_cos_sin(positions, config.head_dim,
                                       config.rope_theta)
   block = transformer.Block(config)
@@ -376,6 +384,9 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   # Per-layer caches and weights for the unrolled decode step.
   cache = tuple(zip(_split_layers(repeat(cache.k, axis=1), config.num_layers),
                     _split_layers(repeat(cache.v, axis=1), config.num_layers)))
+  # Under a mesh the N rows (and kv heads) are split from here on; the
+  # model's own constraints keep the loop's cache split the same way.
+  cache = sharding.constrain(cache, sharding.HEADS)
   layers = _split_layers(params["layers"], config.num_layers)
   logits = repeat(logits)
   row_lengths = repeat(prompt_mask.sum(-1).astype(jnp.int32))  # [N]

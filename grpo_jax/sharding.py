@@ -17,6 +17,12 @@ serve the policy params, the reference params and the optimiser state (whose
 moment trees mirror the params). Batches split their leading row axis over
 ``('data', 'fsdp')``; the KV cache splits rows and key/value heads.
 
+Activations follow the same plan through `constrain`, which the model and the
+sampler call on the residual stream, the heads, the MLP hidden layer and the
+KV cache. It acts under ``with jax.set_mesh(mesh):`` (the trainer's step, the
+sampler and the log-prob passes run under it) and is the identity elsewhere,
+so single-device code is unchanged.
+
 A dimension that a mesh axis does not divide is an error (a `ValueError`
 naming the array, the dimension and the axis), never a silent replication.
 """
@@ -34,6 +40,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 AXIS_NAMES = ("data", "fsdp", "tensor")
 # Rows of a batch (and of the KV cache) are split over both batch-like axes.
 BATCH_AXES = ("data", "fsdp")
+
+# Activation layouts, applied inside traced code by `constrain`.
+WHOLE = P()  # every device holds all of it.
+RESIDUAL = P(BATCH_AXES, None, None)  # [B, S, D]: the residual stream.
+HEADS = P(BATCH_AXES, None, "tensor", None)  # [B, S|L, heads, hd]: q/k/v and
+                                             # one layer's KV cache.
+MLP_HIDDEN = P(BATCH_AXES, None, "tensor")  # [B, S, F]
+CACHE = P(None, BATCH_AXES, None, "tensor", None)  # [Lyr, B, L, K, hd]
 
 # (regex over the '/'-joined parameter path, spec over the full shape).
 # First full match wins. Shapes from models/transformer.py (Lyr leading).
@@ -253,23 +267,22 @@ def shard_batch(batch, mesh: Mesh):
   """`batch` (any pytree of [N, ...] arrays; None leaves stay None) on
   `mesh`, rows split over ('data', 'fsdp').
 
-  On several processes every process passes the same full batch (host
-  arrays) and keeps only the rows of its own devices.
+  On several processes every process passes the same full batch (host or
+  replicated arrays) and keeps only the rows of its own devices; an array
+  already laid out so is passed through.
   """
   shardings = batch_shardings(batch, mesh)
   if jax.process_count() == 1:
     return jax.device_put(batch, shardings)
 
   def global_array(x, sharding):
+    if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding,
+                                                                x.ndim):
+      return x
     host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding,
                                         lambda index: host[index])
   return jax.tree.map(global_array, batch, shardings)
-
-
-def cache_spec() -> P:
-  """KV cache [Lyr, B, L, K, hd]: rows over ('data','fsdp'), K over tensor."""
-  return P(None, BATCH_AXES, None, "tensor", None)
 
 
 def check_rows(rows: int, mesh: Mesh, *, name: str) -> None:
@@ -290,11 +303,19 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def constrain(x, mesh: Optional[Mesh], spec: P):
-  """`with_sharding_constraint(x, spec)` on `mesh`; identity without a mesh
-  or when a mesh axis does not divide the constrained dimension (XLA then
-  keeps its own choice)."""
-  if mesh is None:
+def constrain(x, spec: P):
+  """`with_sharding_constraint(x, spec)` on the mesh set by `jax.set_mesh`.
+
+  The model and the sampler call it on their activations, so that code
+  traced under ``with jax.set_mesh(mesh):`` keeps rows split over ('data',
+  'fsdp') and heads / F over 'tensor' (XLA would otherwise pick its own
+  layouts from the weights', e.g. split D and all-gather activations). It is
+  the identity without a mesh, and for an array whose dimension a mesh axis
+  does not divide (3 rows over 4 devices, 9 heads over 2): XLA then keeps
+  its own choice rather than padding.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
     return x
   for leaf in jax.tree.leaves(x):
     for dim, axes in enumerate(spec):
@@ -302,7 +323,7 @@ def constrain(x, mesh: Optional[Mesh], spec: P):
           (axes,) if isinstance(axes, str) else tuple(axes))
       if leaf.shape[dim] % math.prod(mesh.shape[a] for a in axes):
         return x
-  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+  return jax.lax.with_sharding_constraint(x, spec)
 
 
 # --------------------------------------------------------- the update_fn
@@ -338,7 +359,9 @@ def jit_sharded(update_fn: Callable, state, mesh: Mesh,
   def placed_update_fn(state, batch):
     # jit refuses committed arrays laid out otherwise (e.g. log-probs from
     # another jitted function); placing is free for already-split rows.
-    return jitted(state, shard_batch(batch, mesh))
+    # The mesh context lets the model's `constrain` calls take effect.
+    with jax.set_mesh(mesh):
+      return jitted(state, shard_batch(batch, mesh))
   return placed_update_fn
 
 

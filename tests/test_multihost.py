@@ -34,6 +34,10 @@ def tiny_config():
   config = grpo_config.get_config("tiny")
   config.train.num_steps = NUM_STEPS
   config.checkpoint.every = 1
+  # The random tiny model never answers right; a length penalty that varies
+  # within groups gives nonzero advantages, so the params really move.
+  config.rewards.overlong.enabled = True
+  config.rewards.overlong.cache_length = 4
   return config
 
 
@@ -125,12 +129,15 @@ def test_two_processes_train_the_same_params(tmp_path):
       for r in results for record in r["records"]]
   assert global_figures[:NUM_STEPS] == global_figures[NUM_STEPS:]
   assert [r["step"] for r in results[0]["records"]] == list(range(NUM_STEPS))
+  assert all(r["advantage/abs_mean"] > 0.1 for r in results[0]["records"])
 
   params = [np.load(tmp_path / f"params_{i}.npz") for i in range(2)]
   assert sorted(params[0].files) == sorted(params[1].files)
   for name in params[0].files:
     np.testing.assert_array_equal(params[0][name], params[1][name])
-  assert not np.array_equal(params[0]["arr_0"], results[0]["initial_leaf"])
+  # Adam moves a weight with a nonzero gradient by about the learning rate.
+  moved = np.abs(params[0]["arr_0"] - np.asarray(results[0]["initial_leaf"]))
+  assert moved.max() > 1e-4
 
   records = metrics.read(str(tmp_path / metrics.METRICS_FILE))
   assert [r["step"] for r in records] == list(range(NUM_STEPS))

@@ -294,21 +294,56 @@ def test_update_fn_compiles_once_and_stays_on_device():
   testing.assert_finite(jax.device_get((state.params, measurements)))
 
 
-def test_greedy_sampling_matches_single_device():
-  prompts, prompt_mask = sampling.pad_prompts(
-      [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]], buckets=(8,))
-  kwargs = dict(num_samples=2, max_new_tokens=4, greedy=True, eos_ids=())
-  key = jax.random.PRNGKey(1)
-  expected = sampling.sample(params(), CONFIG, prompts, prompt_mask, key,
-                             **kwargs)
-  m = mesh((2, 2, 2))
-  got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
-                        sharding.shard_batch(jnp.asarray(prompts), m),
-                        sharding.shard_batch(jnp.asarray(prompt_mask), m),
-                        key, **kwargs)
-  np.testing.assert_array_equal(np.asarray(got.tokens),
-                                np.asarray(expected.tokens))
+PROMPTS = sampling.pad_prompts([[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]],
+                               buckets=(8,))
+SAMPLE_KWARGS = dict(num_samples=2, max_new_tokens=4, greedy=True, eos_ids=())
+
+
+@functools.lru_cache(maxsize=None)
+def single_device_sample():
+  return jax.device_get(sampling.sample(
+      params(), CONFIG, *PROMPTS, jax.random.PRNGKey(1), **SAMPLE_KWARGS))
+
+
+@pytest.mark.parametrize("shape", MESHES)
+def test_greedy_sampling_matches_single_device(shape):
+  """Under the mesh the 8 rows are decoded split over ('data', 'fsdp')."""
+  m = mesh(shape)
+  with jax.set_mesh(m):
+    got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
+                          *PROMPTS, jax.random.PRNGKey(1), **SAMPLE_KWARGS)
+  expected = single_device_sample()
+  np.testing.assert_array_equal(np.asarray(got.tokens), expected.tokens)
   assert_tree_close(got.tempered_logprobs, expected.tempered_logprobs)
+  rows = m.shape["data"] * m.shape["fsdp"]
+  assert got.tokens.addressable_shards[0].data.shape == (8 // rows, 4)
+
+
+def test_decode_loop_keeps_the_kv_cache_split():
+  """The while loop's carry holds each layer's cache as [N/4, L, K/2, hd]
+  per device on a 2x2x2 mesh (rows over data x fsdp, kv heads over
+  tensor), never the whole [N, L, K, hd]."""
+  m = mesh((2, 2, 2))
+  tokens, mask = PROMPTS
+  args = (sharding.shard_params(params(), m), jnp.asarray(tokens),
+          jnp.asarray(mask) > 0, jax.random.PRNGKey(1), jnp.float32(1.0))
+  static = dict(config=CONFIG, num_samples=2, max_new_tokens=4, greedy=True,
+                top_k=None, top_p=None, eos_ids=(), pad_id=0)
+
+  def loop_carry():
+    hlo = sampling._sample.lower(*args, **static).compile().as_text()  # pylint: disable=protected-access
+    loops = [line for line in hlo.splitlines() if " while(" in line]
+    return loops[-1].split(" while(")[0]  # the decode loop's carry types
+
+  length, kv_heads, head_dim = 8 + 4, CONFIG.num_kv_heads, CONFIG.head_dim
+  whole = f"f32[8,{length},{kv_heads},{head_dim}]"
+  split = f"f32[2,{length},{kv_heads // 2},{head_dim}]"
+  with jax.set_mesh(m):
+    carry = loop_carry()
+  assert carry.count(split) == 2 * CONFIG.num_layers  # k and v per layer
+  assert whole not in carry
+  # Without the mesh context the rows stay whole (the check can fail).
+  assert split not in loop_carry()
 
 
 # ------------------------------------------------------------ checkpoints
@@ -347,17 +382,21 @@ def test_process_rows_split_prompts_in_contiguous_blocks():
 
 
 
-def test_kv_cache_constraint_splits_rows_and_kv_heads():
+def test_constrain_splits_the_kv_cache_under_a_mesh_only():
   m = mesh((2, 2, 2))
   cache = models.init_cache(CONFIG, batch=4, length=8)  # [Lyr, B, L, K, hd]
-  out = jax.jit(lambda c: sharding.constrain(c, m, sharding.cache_spec()))(
-      cache)
+  constrain = jax.jit(lambda c: sharding.constrain(c, sharding.CACHE))
+  with jax.set_mesh(m):
+    out = constrain(cache)
   assert out.k.sharding.is_equivalent_to(
       NamedSharding(m, P(None, ("data", "fsdp"), None, "tensor", None)), 5)
   assert out.k.addressable_shards[0].data.shape == (2, 1, 8, 4, 8)
+  # No mesh: the identity.
+  assert sharding.constrain(cache, sharding.CACHE) is cache
   # 3 rows do not split over 4 devices: the constraint steps aside.
   odd = models.init_cache(CONFIG, batch=3, length=8)
-  assert sharding.constrain(odd, m, sharding.cache_spec()) is odd
+  with jax.set_mesh(m):
+    assert sharding.constrain(odd, sharding.CACHE) is odd
 
 
 def test_trainer_builds_and_steps_on_a_mesh():

@@ -44,6 +44,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from grpo_jax import sharding
 from grpo_jax.models.config import ModelConfig
 
 _INIT_STD = 0.02
@@ -88,6 +89,19 @@ def positions_from_mask(input_mask: jnp.ndarray) -> jnp.ndarray:
         f"input_mask must be [B, S] (rank 2); got shape {input_mask.shape}.")
   positions = jnp.cumsum(input_mask.astype(jnp.int32), axis=-1) - 1
   return jnp.maximum(positions, 0).astype(jnp.int32)
+
+
+def embed_tokens(table, tokens, dtype):
+  """[V, D] table, [B, S] ids -> [B, S, D] rows of the table in `dtype`.
+
+  Under a mesh the whole table is gathered for the lookup (FSDP gathers a
+  weight where it is used): a lookup into a table split over D would give
+  activations split over D, which XLA can turn into split rows only by
+  replicating them.
+  """
+  table = sharding.constrain(table, sharding.WHOLE)
+  return sharding.constrain(jnp.take(table, tokens, axis=0).astype(dtype),
+                            sharding.RESIDUAL)
 
 
 def rms_norm(x, weight, eps):
@@ -159,9 +173,11 @@ class Attention(nn.Module):
         y = y + bias[None, None, :].astype(dtype)
       return y
 
-    q = project("q", h * hd).reshape(b, s, h, hd)
-    key = project("k", k * hd).reshape(b, s, k, hd)
-    value = project("v", k * hd).reshape(b, s, k, hd)
+    heads = lambda y, n: sharding.constrain(y.reshape(b, s, n, hd),
+                                            sharding.HEADS)
+    q = heads(project("q", h * hd), h)
+    key = heads(project("k", k * hd), k)
+    value = heads(project("v", k * hd), k)
     if cfg.qk_norm:
       q = rms_norm(q, self.param("q_norm", nn.initializers.ones, (hd,), pdtype),
                    cfg.rms_norm_eps)
@@ -179,7 +195,7 @@ class Attention(nn.Module):
           cache_k, key.astype(cache_k.dtype), start)
       cache_v = jax.lax.dynamic_update_slice(
           cache_v, value.astype(cache_v.dtype), start)
-      new_cache = (cache_k, cache_v)
+      new_cache = sharding.constrain((cache_k, cache_v), sharding.HEADS)
       key, value = cache_k.astype(dtype), cache_v.astype(dtype)
 
     groups = h // k
@@ -206,7 +222,9 @@ class Mlp(nn.Module):
     gate = self.param("gate", _dense_init, (d, f), pdtype).astype(dtype)
     up = self.param("up", _dense_init, (d, f), pdtype).astype(dtype)
     down = self.param("down", _dense_init, (f, d), pdtype).astype(dtype)
-    return (jax.nn.silu(x @ gate) * (x @ up)) @ down
+    hidden = sharding.constrain(jax.nn.silu(x @ gate) * (x @ up),
+                                sharding.MLP_HIDDEN)
+    return hidden @ down
 
 
 class Block(nn.Module):
@@ -217,6 +235,8 @@ class Block(nn.Module):
   def __call__(self, x, layer_cache, cos, sin, mask, cache_index):
     cfg = self.config
     pdtype = cfg.params_dtype
+    # Rows split, D whole: FSDP gathers each weight, never the activations.
+    x = sharding.constrain(x, sharding.RESIDUAL)
     attn_norm = self.param("attn_norm", nn.initializers.ones,
                            (cfg.hidden_size,), pdtype)
     mlp_norm = self.param("mlp_norm", nn.initializers.ones,
@@ -243,7 +263,7 @@ class Decoder(nn.Module):
     if not cfg.tie_word_embeddings:
       self.param("lm_head", _dense_init, (cfg.hidden_size, cfg.vocab_size),
                  pdtype)
-    x = jnp.take(embed, tokens, axis=0).astype(dtype)
+    x = embed_tokens(embed, tokens, dtype)
     cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
 
     block = nn.remat(Block) if self.remat else Block
