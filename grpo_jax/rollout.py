@@ -17,8 +17,9 @@ major (row ``p*G + g``):
 5. truncated completions (optional): their tokens leave the mask, hence the
    loss denominator too;
 6. old log-probs recomputed by the trainer's own forward pass
-   (`policy_logprobs`, same temperature), and reference log-probs only when
-   beta > 0.
+   (`policy_logprobs`, same temperature) when the batch feeds several
+   optimiser steps; on policy (one step) the update uses its own log-probs
+   (`Batch.old_logp` is None). Reference log-probs only when beta > 0.
 
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
@@ -64,15 +65,22 @@ class Batch(NamedTuple):
     input_mask: [N, S] float32, 1 on real prompt and completion tokens.
     completion_mask: [N, T] float32, 1 on tokens that enter the loss.
     advantages: [N] float32.
-    old_logp: [N, T] float32 behaviour log-probs (trainer's forward pass).
+    old_logp: [N, T] float32 behaviour log-probs (trainer's forward pass),
+      or None on policy: the batch feeds a single optimiser step, whose own
+      log-probs, detached, are then the behaviour log-probs (ratio exactly 1,
+      one forward pass fewer per step).
     ref_logp: [N, T] float32 reference log-probs, or None when beta == 0.
+    sampler_logp: [N, T] float32 the sampler's tempered log-probs when
+      old_logp is None, so that the update can measure how far the
+      trainer's log-probs are from the sampler's; else None.
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
   completion_mask: jnp.ndarray
   advantages: jnp.ndarray
-  old_logp: jnp.ndarray
+  old_logp: Optional[jnp.ndarray]
   ref_logp: Optional[jnp.ndarray]
+  sampler_logp: Optional[jnp.ndarray] = None
 
 
 # -------------------------------------------------------------- log-probs
@@ -142,6 +150,13 @@ def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
                        chunk_size=chunk_size)[0]
       for i in range(0, rows, size)]
   return jnp.concatenate(pieces, axis=0)
+
+
+def sampler_mismatch(logp, sampler_logp, mask):
+  """max |logp - sampler_logp| over the real tokens of [N, T] arrays: the
+  trainer's and the sampler's log-probs of the same tokens under the same
+  params (PITFALLS.md, "Sampler and trainer disagree"); ~1e-6 in float32."""
+  return (abs(logp - sampler_logp) * mask).max()
 
 
 # ------------------------------------------------------------ multi-host
@@ -222,6 +237,7 @@ class Settings(NamedTuple):
   beta: float = 0.0
   chunk_size: int = 4096
   logprob_batch_size: int = 0
+  on_policy: bool = False  # one optimiser step per batch: no old_logp pass
 
 
 class _Round(NamedTuple):
@@ -258,8 +274,12 @@ def decode_completions(tokenizer, tokens, lengths) -> list:
 def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
                    completion_tokens, completion_mask, loss_mask, advantages,
                    *, model_config, temperature: float, chunk_size: int,
-                   logprob_batch_size: int = 0, beta: float = 0.0) -> Batch:
+                   logprob_batch_size: int = 0, beta: float = 0.0,
+                   sampler_logp=None) -> Batch:
   """Concatenates prompts and completions and adds old (and ref) log-probs.
+
+  Given `sampler_logp` (on policy, see `Batch`) the old log-prob pass is
+  skipped: ``old_logp`` is None and ``sampler_logp`` is carried instead.
 
   Args:
     params: the policy that sampled (its log-probs are old_logp).
@@ -272,6 +292,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
     model_config, temperature, chunk_size, logprob_batch_size: see
       `batched_logprobs`.
     beta: KL coefficient; 0 skips the reference forward pass.
+    sampler_logp: [N, T] the sampler's tempered log-probs, on policy only.
   """
   prompt_tokens = np.asarray(prompt_tokens)
   completion_tokens = np.asarray(completion_tokens)
@@ -289,8 +310,12 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
        np.asarray(completion_mask, np.float32)], axis=1))
   logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
                         batch_size=logprob_batch_size)
-  old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,
-                              **logprob_kwargs)
+  old_logp = None
+  if sampler_logp is None:
+    old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,
+                                **logprob_kwargs)
+  else:
+    sampler_logp = jnp.asarray(sampler_logp, jnp.float32)
   ref_logp = None
   if beta > 0:
     ref_logp = batched_logprobs(ref_params, model_config, tokens, input_mask,
@@ -302,7 +327,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
       tokens=tokens, input_mask=input_mask,
       completion_mask=jnp.asarray(loss_mask, jnp.float32),
       advantages=jnp.asarray(advantages, jnp.float32),
-      old_logp=old_logp, ref_logp=ref_logp)
+      old_logp=old_logp, ref_logp=ref_logp, sampler_logp=sampler_logp)
 
 
 def _sample_round(params, examples, key, *, settings: Settings, model_config,
@@ -429,22 +454,20 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
   loss_mask[len(chosen):] = 0.0  # groups without signal (dynamic sampling)
 
   n, t = p * g, s.max_new_tokens
+  sampler_logp = pick("tempered_logprobs").reshape(n, t)
   batch = assemble_batch(
       params, ref_params, prompt_tokens, prompt_mask,
       pick("tokens").reshape(n, t), sample_mask.reshape(n, t),
       loss_mask.reshape(n, t), jnp.asarray(adv).reshape(n),
       model_config=model_config, temperature=s.temperature,
       chunk_size=s.chunk_size, logprob_batch_size=s.logprob_batch_size,
-      beta=s.beta)
-  old_logp = jax.block_until_ready(batch.old_logp)
+      beta=s.beta, sampler_logp=sampler_logp if s.on_policy else None)
+  jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
 
   # Measurements describe the step's plain sample (round 0), so that they
   # compare across configs with and without dynamic sampling.
   first = rounds[0]
-  mask_flat = sample_mask.reshape(n, t)
-  diff = np.abs(pick("tempered_logprobs").reshape(n, t)
-                - np.asarray(old_logp)) * mask_flat
   names = list(reward_fns) + (["overlong"] if s.overlong is not None
                               else [])
   measurements = {
@@ -456,7 +479,6 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
       "completion_length/mean": float(first.lengths.mean()),
       "completion_length/max": float(first.lengths.max()),
       "truncation_rate": float(first.truncated.mean()),
-      "logprob/sampler_trainer_max_abs_diff": float(diff.max()),
       "rollout/rounds": float(len(rounds)),
       "rollout/groups_with_signal": float(len(chosen)) / p,
       "rollout/loss_tokens": float(loss_mask.sum()),
@@ -468,6 +490,10 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
   for k, name in enumerate(reward_fns):
     measurements[f"reward_errors/{name}"] = float(
         sum(rnd.errors[k] for rnd in rounds))
+  if batch.old_logp is not None:  # on policy the update measures it
+    measurements["logprob/sampler_trainer_max_abs_diff"] = float(
+        sampler_mismatch(np.asarray(batch.old_logp), sampler_logp,
+                         sample_mask.reshape(n, t)))
   if "accuracy" in names:
     measurements["accuracy"] = measurements["reward/accuracy"]
   return batch, measurements
@@ -525,6 +551,15 @@ def make_task(data_config, *, seed: int):
   return data.ListDataset(train, heldout, seed=seed)
 
 
+def is_on_policy(config) -> bool:
+  """Whether each rollout batch feeds exactly one optimiser step (one
+  iteration, one minibatch), so its behaviour log-probs are the update's own
+  and the old log-prob pass can be skipped (`Batch`)."""
+  rows = config.rollout.num_prompts * config.rollout.num_generations
+  return (config.train.num_iterations == 1
+          and config.train.minibatch_size in (0, rows))
+
+
 def from_config(config, model_config, tokenizer) -> Callable:
   """``rollout(params, ref_params, step, key) -> (Batch, measurements)``."""
   from grpo_jax import data  # pylint: disable=g-import-not-at-top
@@ -547,7 +582,8 @@ def from_config(config, model_config, tokenizer) -> Callable:
       dynamic_sampling=r.dynamic_sampling, max_rounds=r.max_rounds,
       mask_truncated=r.mask_truncated, beta=float(config.kl.beta),
       chunk_size=config.train.chunk_size,
-      logprob_batch_size=config.train.logprob_batch_size)
+      logprob_batch_size=config.train.logprob_batch_size,
+      on_policy=is_on_policy(config))
   overlong_fn = None
   if o.enabled:
     overlong_fn = functools.partial(rewards_lib.overlong_penalty,

@@ -4,7 +4,9 @@ One step (see DESIGN.md, "One training step, as data"):
 
 1. `rollout.generate` samples G completions for each of P prompts, scores
    them, computes advantages and the behaviour (and reference) log-probs with
-   `policy_logprobs`, and returns a `rollout.Batch` of N = P*G rows.
+   `policy_logprobs`, and returns a `rollout.Batch` of N = P*G rows. When the
+   batch feeds a single optimiser step the behaviour log-probs are the
+   update's own, detached, and that pass is skipped (`rollout.is_on_policy`).
 2. The loop makes ``num_iterations`` passes over the batch in minibatches; each
    minibatch is one call of the jitted `update_fn`, i.e. one optimiser step.
 3. Inside `update_fn` the minibatch is split into microbatches and the
@@ -173,6 +175,7 @@ class _MicroStats(NamedTuple):
   ratio_max: jnp.ndarray
   ratio_min: jnp.ndarray
   kl: jnp.ndarray  # sum over microbatches of kl sums
+  sampler_mismatch: jnp.ndarray  # max |logp - sampler_logp|
 
 
 def make_update_fn(*, model_config: models.ModelConfig,
@@ -226,7 +229,10 @@ def make_update_fn(*, model_config: models.ModelConfig,
     logp, entropy = policy_logprobs(
         params, model_config, micro.tokens, micro.input_mask,
         completion_start, temperature=temperature, chunk_size=chunk_size)
-    _, aux = objective(logp, micro.old_logp, micro.advantages,
+    # On policy (no old_logp) the behaviour log-probs are these, detached.
+    old_logp = (jax.lax.stop_gradient(logp) if micro.old_logp is None
+                else micro.old_logp)
+    _, aux = objective(logp, old_logp, micro.advantages,
                        micro.completion_mask, **loss_kwargs(objective_state))
     loss = _safe_divide(aux.loss_sum, counts[0])
     kl_sum = jnp.zeros((), jnp.float32)
@@ -236,7 +242,12 @@ def make_update_fn(*, model_config: models.ModelConfig,
                                 horizon=horizon)
       kl_sum = kl_sc.total
       loss = loss + beta * _safe_divide(kl_sc.total, counts[1])
-    return loss, (aux, entropy, kl_sum)
+    mismatch = jnp.zeros((), jnp.float32)
+    if micro.sampler_logp is not None:
+      mismatch = rollout_lib.sampler_mismatch(
+          jax.lax.stop_gradient(logp), micro.sampler_logp,
+          micro.completion_mask)
+    return loss, (aux, entropy, kl_sum, mismatch)
 
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
@@ -250,8 +261,8 @@ def make_update_fn(*, model_config: models.ModelConfig,
     mask = batch.completion_mask
     # The denominators of the whole minibatch, known before any microbatch:
     # the objective evaluated at ratio 1 has the same count.
-    _, aux_at_one = objective(batch.old_logp, batch.old_logp,
-                              batch.advantages, mask,
+    at_one = jnp.zeros_like(mask)  # any log-probs: only the count is used
+    _, aux_at_one = objective(at_one, at_one, batch.advantages, mask,
                               **loss_kwargs(state.objective_state))
     kl_count = agg.sum_and_count(jnp.zeros_like(mask), mask, kl_mode,
                                  horizon=horizon).count
@@ -259,7 +270,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
 
     def accumulate(carry, micro):
       grads, stats = carry
-      (loss, (aux, entropy, kl_sum)), g = grad_fn(
+      (loss, (aux, entropy, kl_sum, mismatch)), g = grad_fn(
           state.params, micro, counts, state.objective_state)
       tokens = micro.completion_mask.sum()
       stats = _MicroStats(
@@ -274,12 +285,14 @@ def make_update_fn(*, model_config: models.ModelConfig,
               tokens > 0, aux.ratio_max, -jnp.inf)),
           ratio_min=jnp.minimum(stats.ratio_min, jnp.where(
               tokens > 0, aux.ratio_min, jnp.inf)),
-          kl=stats.kl + kl_sum)
+          kl=stats.kl + kl_sum,
+          sampler_mismatch=jnp.maximum(stats.sampler_mismatch, mismatch))
       return (jax.tree.map(jnp.add, grads, g), stats), None
 
     zero = jnp.zeros((), jnp.float32)
     init_stats = _MicroStats(zero, zero, zero, zero, zero, zero, zero,
-                             jnp.asarray(-jnp.inf), jnp.asarray(jnp.inf), zero)
+                             jnp.asarray(-jnp.inf), jnp.asarray(jnp.inf), zero,
+                             zero)
     zero_grads = jax.tree.map(jnp.zeros_like, state.params)
     (grads, stats), _ = jax.lax.scan(
         accumulate, (zero_grads, init_stats),
@@ -320,6 +333,9 @@ def make_update_fn(*, model_config: models.ModelConfig,
     }
     if kl_fn is not None:
       measurements["kl"] = _safe_divide(stats.kl, kl_count)
+    if batch.sampler_logp is not None:
+      measurements["logprob/sampler_trainer_max_abs_diff"] = (
+          stats.sampler_mismatch)
     if stateful is not None:
       for name, value in stateful.state_kwargs(
           new_state.objective_state).items():
@@ -380,7 +396,7 @@ def combine_update_measurements(all_measurements) -> dict:
     values = np.asarray([m[name] for m in all_measurements], np.float64)
     if name == "skipped_updates":
       out[name] = values.sum()
-    elif name == "ratio_max":
+    elif name in ("ratio_max", "logprob/sampler_trainer_max_abs_diff"):
       out[name] = values.max()
     elif name == "ratio_min":
       out[name] = values.min()
@@ -402,6 +418,7 @@ class Run(NamedTuple):
   ref_params: Any
   update_fn: Callable
   rollout_fn: Callable  # (params, ref_params, step, key) -> (batch, measures)
+  mesh: jax.sharding.Mesh  # sampling, log-probs and the update run on it.
 
 
 def total_optimizer_steps(config) -> int:
@@ -453,7 +470,7 @@ def build(config) -> Run:
   update_fn = sharding.jit_sharded(update_fn, state, mesh)
   rollout_fn = rollout_lib.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, update_fn,
-             rollout_fn)
+             rollout_fn, mesh)
 
 
 def train_step(run: Run, state: TrainState, step: int):
@@ -463,8 +480,11 @@ def train_step(run: Run, state: TrainState, step: int):
   """
   c = run.config
   t0 = time.perf_counter()
-  batch, measurements = run.rollout_fn(state.params, run.ref_params, step,
-                                       jax.random.fold_in(state.key, step))
+  # Under the mesh the sampler and the log-prob passes split their rows
+  # over ('data', 'fsdp') like the update (see `sharding.constrain`).
+  with jax.set_mesh(run.mesh):
+    batch, measurements = run.rollout_fn(state.params, run.ref_params, step,
+                                         jax.random.fold_in(state.key, step))
   t1 = time.perf_counter()
   update_measurements = []
   for _ in range(c.train.num_iterations):

@@ -194,7 +194,9 @@ def test_second_iteration_sees_ratios_different_from_one(model):
 def test_r2vpo_dual_variable_is_updated(model):
   config, params = model
   optimizer = optax.sgd(0.0)
-  state = train.init_state(params, optimizer, seed=0, objective_name="r2vpo",
+  # A copy: update_fn donates the state, and `params` is shared by the module.
+  state = train.init_state(jax.tree.map(jnp.copy, params), optimizer, seed=0,
+                           objective_name="r2vpo",
                            objective_state_kwargs={"lam0": 0.0, "eta": 1.0})
   fn = update(config, optimizer, objective_name="r2vpo",
               objective_kwargs={"delta": 0.0}, aggregation="token_mean",
@@ -237,6 +239,39 @@ def test_optimizer_clips_the_global_norm():
 # ----------------------------------------------------------- rollout
 
 
+def test_on_policy_update_equals_the_recomputed_old_logp_update(model):
+  """Without old_logp the update uses its own log-probs, detached: the same
+  step as with the old log-prob pass (which computes the same numbers)."""
+  config, params = model
+  batch = random_batch(config, params, jax.random.PRNGKey(2), beta=0.1)
+  on_policy = batch._replace(old_logp=None,
+                             sampler_logp=batch.old_logp + 1e-3)
+  optimizer = optax.sgd(1.0)
+  fn = update(config, optimizer, beta=0.1, microbatch_size=4)
+  expected, m_expected = fn(make_state(params, optimizer), batch)
+  got, m_got = fn(make_state(params, optimizer), on_policy)
+  testing.assert_close(got.params, expected.params, rtol=1e-5, atol=1e-7)
+  for name in ("loss", "kl", "ratio_mean", "ratio_max", "clip_fraction"):
+    testing.assert_close(m_got[name], m_expected[name], rtol=1e-5, atol=1e-7)
+  assert float(m_got["ratio_mean"]) == pytest.approx(1.0)
+  # The sampler's log-probs, 1e-3 off the trainer's, are measured.
+  assert float(m_got["logprob/sampler_trainer_max_abs_diff"]) == (
+      pytest.approx(1e-3, rel=1e-2))
+  assert "logprob/sampler_trainer_max_abs_diff" not in m_expected
+  assert not np.allclose(testing.numpy(got.params["embed"]),
+                         testing.numpy(params["embed"]))
+
+
+@pytest.mark.parametrize("iterations,minibatch,expected", [
+    (1, 0, True), (1, 16, True), (2, 0, False), (1, 8, False)])
+def test_on_policy_means_one_optimizer_step_per_batch(iterations, minibatch,
+                                                      expected):
+  c = grpo_config.get_config("tiny")
+  c.rollout.num_prompts, c.rollout.num_generations = 2, 8
+  c.train.num_iterations, c.train.minibatch_size = iterations, minibatch
+  assert rollout.is_on_policy(c) == expected
+
+
 @pytest.fixture(scope="module")
 def tiny_rollout():
   config_, params, tokenizer = rollout.load_model("tiny")
@@ -244,14 +279,14 @@ def tiny_rollout():
 
 
 def run_generate(tiny_rollout, reward, *, dynamic, mask_truncated=False,
-                 temperature=0.7):
+                 temperature=0.7, on_policy=False):
   config, params, tokenizer = tiny_rollout
   c = dapo_config.get_config("tiny")
   settings = rollout.Settings(
       num_prompts=2, num_generations=2, max_new_tokens=4,
       temperature=temperature, prompt_buckets=(80,), reward_weights=(1.0,),
       dynamic_sampling=dynamic, max_rounds=3, mask_truncated=mask_truncated,
-      chunk_size=64)
+      chunk_size=64, on_policy=on_policy)
   eos_ids, pad_id = rollout.eos_and_pad(tokenizer)
   from grpo_jax import data  # pylint: disable=g-import-not-at-top
   return rollout.generate(
@@ -309,6 +344,25 @@ def test_sampler_and_trainer_logprobs_agree(tiny_rollout):
   _, m = run_generate(tiny_rollout, constant_reward, dynamic=False,
                       temperature=0.6)
   assert m["logprob/sampler_trainer_max_abs_diff"] < 1e-4
+
+
+def test_on_policy_rollout_skips_the_old_logprob_pass(tiny_rollout):
+  """On policy the batch carries the sampler's log-probs instead, and the
+  update measures the sampler/trainer gap from its own forward pass."""
+  config, params, _ = tiny_rollout
+  off, _ = run_generate(tiny_rollout, constant_reward, dynamic=False,
+                        temperature=0.6)
+  on, m_on = run_generate(tiny_rollout, constant_reward, dynamic=False,
+                          temperature=0.6, on_policy=True)
+  assert on.old_logp is None and off.sampler_logp is None
+  assert "logprob/sampler_trainer_max_abs_diff" not in m_on
+  mask = np.asarray(on.completion_mask)
+  testing.assert_close(np.asarray(on.sampler_logp) * mask,
+                       np.asarray(off.old_logp) * mask, atol=1e-4)
+  optimizer = optax.sgd(0.0)
+  fn = update(config, optimizer, temperature=0.6)
+  _, m = fn(make_state(params, optimizer), on)
+  assert 0 < float(m["logprob/sampler_trainer_max_abs_diff"]) < 1e-4
 
 
 # ------------------------------------------------------------ learning

@@ -20,7 +20,8 @@ Time split:
 
 - grpo_jax: ``sample`` is sampling plus reward scoring (the trainer's
   ``time/sample_s``), ``logprob`` the behaviour log-prob pass
-  (``time/logprob_s``), ``update`` the jitted optimiser step.
+  (``time/logprob_s``; near 0 on policy, where grpo_jax skips it as TRL
+  does), ``update`` the jitted optimiser step.
 - TRL: ``sample`` is ``GRPOTrainer._generate`` (``model.generate`` and
   decoding), ``logprob`` the rest of ``_generate_and_score_completions``
   (rewards, advantages; TRL skips the old log-prob pass when it is on-policy),
