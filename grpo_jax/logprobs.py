@@ -11,15 +11,18 @@ next-token distribution:
 A naive implementation materialises the [N, T, V] float32 logits (12.9 GB for
 64 x 1024 tokens of a 49152-word vocabulary), and autodiff keeps them, or the
 softmax, for the backward pass. `token_logprobs` instead walks over chunks of
-rows (the N*T positions flattened) with a custom VJP: the forward pass keeps
-only the per-row logsumexp and entropy, and the backward pass recomputes one
-[chunk, V] logits block at a time (one extra matmul, the price of not storing
-them), turns it into the logit gradient in a single fused elementwise pass, and
-accumulates the gradients of the hidden states and of the unembedding.
+positions (all N rows by a few columns of T) with a custom VJP: the forward
+pass keeps only the per-position logsumexp and entropy, and the backward pass
+recomputes one [N, C, V] logits block at a time (one extra matmul, the price
+of not storing them), turns it into the logit gradient in a single fused
+elementwise pass, and accumulates the gradients of the hidden states and of
+the unembedding.
 
 The sampler computes logits for one position at a time and must score them
-exactly as the trainer does (PITFALLS: temperature on one side only), so it
-uses `project_logits` and `tempered_log_softmax` from this module too.
+exactly as the trainer does (PITFALLS: temperature on one side only): it uses
+`project_logits` and the same float32 rounding, ``(z - max) - log(sum(exp(z -
+max)))``. `tempered_log_softmax` is that formula over a whole [..., V] array
+(the naive reference of the tests and the loss benchmark).
 """
 
 from typing import NamedTuple, Optional
@@ -111,9 +114,12 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
 
   All softmax arithmetic is float32 (bf16 operands are multiplied with float32
   accumulation); the [N, T, V] logits never exist, in the forward or the
-  backward pass: rows are processed `chunk_size` at a time, and the backward
-  pass recomputes each chunk's logits once. A last chunk that does not fill up
-  is shifted back to overlap its predecessor, so nothing is padded or copied.
+  backward pass: positions are processed in chunks of all N rows by
+  ``max(1, chunk_size // N)`` columns, and the backward pass recomputes each
+  chunk's logits once. A last chunk that does not fill up is shifted back to
+  overlap its predecessor, so nothing is padded or copied. Keeping every row
+  in every chunk keeps the row axis whole, so on a mesh whose devices split
+  the rows each device computes only its own.
 
   Gradients flow to `hidden` and `unembedding` from both outputs; the entropy
   gradient ``dH/dz_v = -p_v (log p_v + H)`` is exact (apply
@@ -127,7 +133,8 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
     unembedding: [D, V] output projection.
     targets: [N, T] integer token ids.
     temperature: positive Python float; the sampler's temperature.
-    chunk_size: rows (of the N*T) per chunk; None picks
+    chunk_size: positions (of the N*T) per chunk, rounded down to whole
+      columns of N and at least one column; None picks
       `default_chunk_size(V)` for the current backend.
 
   Returns:
@@ -141,18 +148,18 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
   if (isinstance(chunk_size, bool)
       or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
     raise ValueError(
-        f"chunk_size must be a positive int (rows per chunk) or None; got "
-        f"{chunk_size!r}.")
-  n, t, d = hidden.shape
-  rows = n * t
-  if rows == 0:
+        f"chunk_size must be a positive int (positions per chunk) or None; "
+        f"got {chunk_size!r}.")
+  n, t, _ = hidden.shape
+  if n * t == 0:
     empty = jnp.zeros((n, t), jnp.float32)
     return TokenLogprobs(empty, empty)
-  chunk = min(int(chunk_size), rows)
-  logp, entropy = _logprobs_rows(
-      hidden.reshape(rows, d), unembedding,
-      targets.reshape(rows).astype(jnp.int32), temperature, chunk)
-  return TokenLogprobs(logp.reshape(n, t), entropy.reshape(n, t))
+  # Chunks are all N rows by some columns: on a mesh the rows stay split, so
+  # each device works on its own rows in every chunk.
+  columns = max(1, min(int(chunk_size) // n, t))
+  logp, entropy = _logprobs(hidden, unembedding, targets.astype(jnp.int32),
+                            temperature, columns)
+  return TokenLogprobs(logp, entropy)
 
 
 def _check_inputs(hidden, unembedding, targets) -> None:
@@ -206,103 +213,107 @@ def _temper(logits, temperature: float):
   return logits / temperature
 
 
-def _chunk_start(i, chunk: int, rows: int):
-  # The last chunk ends at `rows`, overlapping its predecessor instead of
+def _chunk_start(i, chunk: int, length: int):
+  # The last chunk ends at `length`, overlapping its predecessor instead of
   # reading past the end.
-  return jnp.minimum(i * chunk, rows - chunk)
+  return jnp.minimum(i * chunk, length - chunk)
 
 
-def _num_chunks(chunk: int, rows: int) -> int:
-  return -(-rows // chunk)
+def _num_chunks(chunk: int, length: int) -> int:
+  return -(-length // chunk)
 
 
-def _chunk_forward(hidden_rows, unembedding, targets, temperature: float):
-  """(logp, logsumexp, entropy), each [C], for one chunk of rows."""
-  z = _temper(project_logits(hidden_rows, unembedding), temperature)
+def _columns(x, start, chunk: int):
+  """Columns [start, start + chunk) of an [N, T, ...] array."""
+  return lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
+
+
+def _chunk_forward(hidden, unembedding, targets, temperature: float):
+  """(logp, logsumexp, entropy), each [N, C], for one chunk of columns."""
+  z = _temper(project_logits(hidden, unembedding), temperature)
   z_max = lax.stop_gradient(z.max(axis=-1, keepdims=True))
   shifted = z - z_max
   exp_shifted = jnp.exp(shifted)
   total = exp_shifted.sum(axis=-1)
   log_total = jnp.log(total)
   # Same rounding as jax.nn.log_softmax: (z - max) - log(sum(exp(z - max))).
-  # Out-of-range targets read NaN instead of a silent clamp.
-  z_target = jnp.take_along_axis(z, targets[:, None], axis=-1, mode="fill",
-                                 fill_value=jnp.nan)[:, 0]
-  logp = (z_target - z_max[:, 0]) - log_total
+  z_target = jnp.take_along_axis(z, targets[..., None], axis=-1,
+                                 mode="clip")[..., 0]
+  # Out-of-range targets (-100 label padding included) read NaN instead of a
+  # silent clamp or wrap-around.
+  valid = (targets >= 0) & (targets < z.shape[-1])
+  logp = jnp.where(valid, (z_target - z_max[..., 0]) - log_total, jnp.nan)
   entropy = log_total - (exp_shifted * shifted).sum(axis=-1) / total
-  return logp, z_max[:, 0] + log_total, entropy
+  return logp, z_max[..., 0] + log_total, entropy
 
 
-def _forward_rows(temperature, chunk, hidden, unembedding, targets):
-  rows = hidden.shape[0]
+def _forward_columns(temperature, chunk, hidden, unembedding, targets):
+  n, t = targets.shape
 
   def body(i, buffers):
-    start = _chunk_start(i, chunk, rows)
-    results = _chunk_forward(
-        lax.dynamic_slice_in_dim(hidden, start, chunk),
-        unembedding,
-        lax.dynamic_slice_in_dim(targets, start, chunk),
-        temperature)
-    return tuple(lax.dynamic_update_slice_in_dim(buffer, result, start, 0)
+    start = _chunk_start(i, chunk, t)
+    results = _chunk_forward(_columns(hidden, start, chunk), unembedding,
+                             _columns(targets, start, chunk), temperature)
+    return tuple(lax.dynamic_update_slice_in_dim(buffer, result, start, 1)
                  for buffer, result in zip(buffers, results))
 
-  zeros = jnp.zeros((rows,), jnp.float32)
-  return lax.fori_loop(0, _num_chunks(chunk, rows), body, (zeros,) * 3)
+  zeros = jnp.zeros((n, t), jnp.float32)
+  return lax.fori_loop(0, _num_chunks(chunk, t), body, (zeros,) * 3)
 
 
-def _logprobs_rows_fwd(hidden, unembedding, targets, temperature, chunk):
-  logp, lse, entropy = _forward_rows(temperature, chunk, hidden, unembedding,
-                                     targets)
+def _logprobs_fwd(hidden, unembedding, targets, temperature, chunk):
+  logp, lse, entropy = _forward_columns(temperature, chunk, hidden,
+                                        unembedding, targets)
   return (logp, entropy), (hidden, unembedding, targets, lse, entropy)
 
 
-def _logprobs_rows_bwd(temperature, chunk, residuals, cotangents):
+def _logprobs_bwd(temperature, chunk, residuals, cotangents):
   hidden, unembedding, targets, lse, entropy = residuals
   g_logp, g_entropy = cotangents
-  rows, width = hidden.shape
+  n, t, _ = hidden.shape
   vocab = unembedding.shape[1]
   compute_dtype = jnp.result_type(hidden.dtype, unembedding.dtype)
 
   def body(i, carry):
     d_hidden, d_unembedding = carry
-    start = _chunk_start(i, chunk, rows)
-    take = lambda x: lax.dynamic_slice_in_dim(x, start, chunk)
+    start = _chunk_start(i, chunk, t)
+    take = lambda x: _columns(x, start, chunk)
     h = take(hidden)
-    # Rows an overlapping last chunk shares with its predecessor were already
-    # handled: they must add nothing to the unembedding gradient.
-    fresh = start + jnp.arange(chunk) >= i * chunk
-    g_lp = jnp.where(fresh, take(g_logp), 0.0)[:, None]
-    g_h = jnp.where(fresh, take(g_entropy), 0.0)[:, None]
+    # Columns an overlapping last chunk shares with its predecessor were
+    # already handled: they must add nothing to the unembedding gradient.
+    fresh = (start + jnp.arange(chunk) >= i * chunk)[None, :]  # [1, C]
+    g_lp = jnp.where(fresh, take(g_logp), 0.0)[..., None]
+    g_h = jnp.where(fresh, take(g_entropy), 0.0)[..., None]
     z = _temper(project_logits(h, unembedding), temperature)
-    log_p = z - take(lse)[:, None]
+    log_p = z - take(lse)[..., None]
     p = jnp.exp(log_p)
-    is_target = (lax.broadcasted_iota(jnp.int32, (chunk, vocab), 1)
-                 == take(targets)[:, None])
+    is_target = (lax.broadcasted_iota(jnp.int32, (n, chunk, vocab), 2)
+                 == take(targets)[..., None])
     # d logp / dz = onehot - p;  d H / dz = -p (log p + H).
     d_z = (jnp.where(is_target, g_lp, 0.0)
-           - p * (g_lp + g_h * (log_p + take(entropy)[:, None])))
+           - p * (g_lp + g_h * (log_p + take(entropy)[..., None])))
     d_logits = _temper(d_z, temperature).astype(compute_dtype)
-    d_h = lax.dot_general(d_logits, unembedding, (((1,), (1,)), ((), ())),
+    d_h = lax.dot_general(d_logits, unembedding, (((2,), (1,)), ((), ())),
                           preferred_element_type=jnp.float32)
-    d_h = jnp.where(fresh[:, None], d_h.astype(hidden.dtype), take(d_hidden))
-    d_hidden = lax.dynamic_update_slice_in_dim(d_hidden, d_h, start, 0)
+    d_h = jnp.where(fresh[..., None], d_h.astype(hidden.dtype), take(d_hidden))
+    d_hidden = lax.dynamic_update_slice_in_dim(d_hidden, d_h, start, 1)
     d_unembedding = d_unembedding + lax.dot_general(
-        h, d_logits, (((0,), (0,)), ((), ())),
+        h, d_logits, (((0, 1), (0, 1)), ((), ())),
         preferred_element_type=jnp.float32)
     return d_hidden, d_unembedding
 
-  init = (jnp.zeros((rows, width), hidden.dtype),
+  init = (jnp.zeros(hidden.shape, hidden.dtype),
           jnp.zeros(unembedding.shape, jnp.float32))
-  d_hidden, d_unembedding = lax.fori_loop(0, _num_chunks(chunk, rows), body,
+  d_hidden, d_unembedding = lax.fori_loop(0, _num_chunks(chunk, t), body,
                                           init)
   return d_hidden, d_unembedding.astype(unembedding.dtype), None
 
 
-def _logprobs_rows_impl(hidden, unembedding, targets, temperature, chunk):
-  logp, _, entropy = _forward_rows(temperature, chunk, hidden, unembedding,
-                                   targets)
+def _logprobs_impl(hidden, unembedding, targets, temperature, chunk):
+  logp, _, entropy = _forward_columns(temperature, chunk, hidden, unembedding,
+                                      targets)
   return logp, entropy
 
 
-_logprobs_rows = jax.custom_vjp(_logprobs_rows_impl, nondiff_argnums=(3, 4))
-_logprobs_rows.defvjp(_logprobs_rows_fwd, _logprobs_rows_bwd)
+_logprobs = jax.custom_vjp(_logprobs_impl, nondiff_argnums=(3, 4))
+_logprobs.defvjp(_logprobs_fwd, _logprobs_bwd)

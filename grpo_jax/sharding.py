@@ -191,10 +191,10 @@ def check_divisible(tree, specs, mesh: Mesh, *, name: str = "params") -> None:
       specs, is_leaf=lambda x: isinstance(x, P))
   for (path, leaf), spec in zip(leaves, spec_leaves):
     shape = np.shape(leaf)
-    for dim, axes in enumerate(spec):
-      if axes is None:
+    for dim, entry in enumerate(spec):
+      axes = _axes(entry)
+      if not axes:
         continue
-      axes = (axes,) if isinstance(axes, str) else tuple(axes)
       for axis in axes:
         if axis not in mesh.shape:
           raise ValueError(
@@ -317,13 +317,21 @@ def constrain(x, spec: P):
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return x
+  # Axes the mesh lacks (a custom mesh of ('data',) only) count as size 1.
+  spec = P(*(tuple(a for a in _axes(axes) if a in mesh.shape) or None
+             for axes in spec))
   for leaf in jax.tree.leaves(x):
     for dim, axes in enumerate(spec):
-      axes = () if axes is None else (
-          (axes,) if isinstance(axes, str) else tuple(axes))
-      if leaf.shape[dim] % math.prod(mesh.shape[a] for a in axes):
+      if leaf.shape[dim] % math.prod(mesh.shape[a] for a in _axes(axes)):
         return x
   return jax.lax.with_sharding_constraint(x, spec)
+
+
+def _axes(entry) -> Tuple[str, ...]:
+  """The mesh axes of one PartitionSpec entry (None, a name or a tuple)."""
+  if entry is None:
+    return ()
+  return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 # --------------------------------------------------------- the update_fn

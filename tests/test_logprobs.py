@@ -190,9 +190,12 @@ def test_empty_batch():
   testing.assert_shape(out.entropy, (0, T))
 
 
-def test_out_of_range_target_is_nan():
+@pytest.mark.parametrize("bad", [V, -1, -100])
+def test_out_of_range_target_is_nan(bad):
+  """V, and negative ids such as -100 label padding: NaN, never a clamped or
+  wrapped-around token's log-prob."""
   hidden, unembedding, targets = _inputs()
-  targets = targets.at[1, 2].set(V)
+  targets = targets.at[1, 2].set(bad)
   out = logprobs.token_logprobs(hidden, unembedding, targets, chunk_size=4)
   assert np.isnan(out.logp[1, 2])
   assert np.isfinite(np.delete(np.asarray(out.logp).ravel(), 1 * T + 2)).all()

@@ -346,6 +346,30 @@ def test_decode_loop_keeps_the_kv_cache_split():
   assert split not in loop_carry()
 
 
+def test_chunked_logprobs_keep_rows_on_their_devices():
+  """Value and gradient of `token_logprobs` with rows split over 8 devices:
+  each device computes logits of its own 2 rows only (no all-gather; the
+  unembedding gradient is summed across devices)."""
+  from grpo_jax import logprobs  # pylint: disable=g-import-not-at-top
+  m = mesh((1, 8, 1))
+  rows, columns, width, vocab = 16, 12, 32, 64
+  split = NamedSharding(m, P(sharding.BATCH_AXES))
+  hidden = jax.device_put(jnp.ones((rows, columns, width)), split)
+  targets = jax.device_put(jnp.zeros((rows, columns), jnp.int32), split)
+  unembedding = jax.device_put(jnp.ones((width, vocab)), NamedSharding(m, P()))
+
+  def loss(h, w):
+    out = logprobs.token_logprobs(h, w, targets, chunk_size=32)
+    return out.logp.sum() + out.entropy.sum()
+
+  hlo = jax.jit(jax.value_and_grad(loss, (0, 1))).lower(
+      hidden, unembedding).compile().as_text()
+  assert "all-gather" not in hlo
+  assert "all-reduce" in hlo
+  # chunk_size 32 = 16 rows x 2 columns; per device 2 rows x 2 columns.
+  assert f"f32[2,2,{vocab}]" in hlo
+
+
 # ------------------------------------------------------------ checkpoints
 
 
@@ -397,6 +421,11 @@ def test_constrain_splits_the_kv_cache_under_a_mesh_only():
   odd = models.init_cache(CONFIG, batch=3, length=8)
   with jax.set_mesh(m):
     assert sharding.constrain(odd, sharding.CACHE) is odd
+  # A custom mesh without 'fsdp' and 'tensor': rows over 'data' alone.
+  data_only = sharding.make_mesh((8,), axis_names=("data",))
+  with jax.set_mesh(data_only):
+    out = constrain(models.init_cache(CONFIG, batch=8, length=8))
+  assert out.k.addressable_shards[0].data.shape == (2, 1, 8, 8, 8)
 
 
 def test_trainer_builds_and_steps_on_a_mesh():

@@ -51,7 +51,7 @@ def parse_args(argv=None):
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--temperature", type=float, default=1.0)
   p.add_argument("--chunk-size", type=int, default=None,
-                 help="rows per chunk of token_logprobs (default: its own)")
+                 help="positions per chunk of token_logprobs (default: its own)")
   p.add_argument("--torch-rows", type=int, default=8,
                  help="sequences per PyTorch chunk")
   p.add_argument("--repeats", type=int, default=1,
