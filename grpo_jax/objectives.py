@@ -152,7 +152,7 @@ def _approx_kl(batch: _Batch):
   """Masked token mean of k3 with d = old_logp - logp (already clamped)."""
   d = -batch.log_ratio
   return agg.divide(agg.sum_and_count(
-      jnp.exp(d) - d - 1.0, batch.mask, "token_mean"))
+      jnp.expm1(d) - d, batch.mask, "token_mean"))
 
 
 def _finish(sc: agg.SumCount, *, stats, clip_fraction, approx_kl

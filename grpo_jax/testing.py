@@ -28,6 +28,20 @@ def assert_shape(x, shape):
   chex.assert_shape(x, shape)
 
 
+def assert_jit_and_vmap_match_eager(fn, *batched, rtol=RTOL, atol=ATOL):
+  """``jit(fn)`` equals ``fn`` on the first element of each [B, ...]
+  argument, and ``vmap(fn)`` over B equals the eager results stacked (trees
+  of outputs too). Returns the jitted output on the first elements."""
+  first = [x[0] for x in batched]
+  out = jax.jit(fn)(*first)
+  assert_close(out, fn(*first), rtol=rtol, atol=atol)
+  eager = [fn(*args) for args in zip(*batched)]
+  assert_close(jax.vmap(fn)(*batched),
+               jax.tree.map(lambda *xs: jnp.stack(xs), *eager),
+               rtol=rtol, atol=atol)
+  return out
+
+
 def random_logps(key, shape, *, scale=1.0):
   """Plausible log-probs (negative) of the given shape."""
   return -jnp.abs(jax.random.normal(key, shape)) * scale

@@ -162,6 +162,25 @@ def test_ppo_clip_diagnostics_match_numpy():
        np.mean(np.exp(d) - d - 1)), rtol=1e-4, atol=1e-6)
 
 
+def test_approx_kl_is_nonnegative_near_policy():
+  # k3 = exp(d) - d - 1 = d^2/2 + d^3/6 + O(d^4) >= 0 (d = old_logp - logp).
+  # In float32 the naive exp(d) - d - 1 rounds to -2^-24 for some d ~ 1e-4
+  # (exp(d) sits on a 2^-23 grid near 1, an error larger than d^2/2); keep
+  # only those tokens, so a naive implementation gives a negative mean.
+  logp = jnp.full((20001,), -0.1, jnp.float32)
+  old = jnp.asarray((-0.1 + np.linspace(-1e-3, 1e-3, 20001)).astype(np.float32))
+  d = old - logp
+  naive_negative = np.asarray(jnp.exp(d) - d - 1.0) < 0
+  assert naive_negative.sum() >= 10
+  logp, old = logp[naive_negative][None], old[naive_negative][None]
+  mask = jnp.ones_like(logp)
+  _, aux = objectives.ppo_clip(logp, old, jnp.array([1.0]), mask)
+  d = np.asarray(old, np.float64) - np.asarray(logp, np.float64)
+  assert float(aux.approx_kl) >= 0.0
+  testing.assert_close(aux.approx_kl, np.mean(d ** 2 / 2 + d ** 3 / 6),
+                       rtol=1e-3, atol=1e-12)
+
+
 def test_ratio_is_not_one_off_policy_and_after_a_step():
   """PITFALLS 'ratio always 1': old_logp is used as given."""
   logp, old, adv, mask = batch(spread=0.5)
@@ -265,6 +284,40 @@ def test_gspo_token_value_and_per_token_gradient():
   testing.assert_close(g, jnp.array([[-s / 2, s]]), rtol=1e-5)
 
 
+def test_gspo_token_default_band_clips_whole_rows():
+  # Default band [1 - 3e-4, 1 + 4e-4], A = 1 on both rows.
+  # Row 0: log s = (0.1 - 0.05 + 0) / 3 = 0.05/3, s ~ 1.0168 > 1 + 4e-4:
+  #   clipped, term -(1 + 4e-4) per token, gradient 0 on every token.
+  # Row 1: log s = (1e-4 - 1e-4 + 3e-4) / 3 = 1e-4, s ~ 1.0001 in the band:
+  #   term -s_t per token; seq_mean_token_mean gives d/dlogp = -s / (2 * 3).
+  old = jnp.full((2, 3), -1.0)
+  logp = old + jnp.array([[0.1, -0.05, 0.0], [1e-4, -1e-4, 3e-4]])
+  mask = jnp.ones((2, 3))
+  adv = jnp.array([1.0, 1.0])
+  s = math.exp(1e-4)
+  loss, aux = objectives.gspo_token(logp, old, adv, mask)
+  testing.assert_close(loss, (-(1.0 + 4e-4) - s) / 2, rtol=1e-6)
+  testing.assert_close(aux.clip_fraction, 0.5)  # the 3 tokens of row 0
+  g = grad_logp(objectives.gspo_token, logp, old, adv, mask)
+  testing.assert_close(g, np.array([[0.0] * 3, [-s / 6] * 3]), rtol=1e-5)
+
+
+def test_gspo_lower_side_uses_clip_low():
+  # log s = (-3e-4 - 4e-4) / 2 = -3.5e-4, s ~ 0.99965: below 1 - 3e-4 =
+  # 0.9997 but above 1 - 4e-4. With A = -2: -min(s*A, 0.9997*A) =
+  # -min(-1.9993, -1.9994) = 1.9994 = (1 - 3e-4) * (-A), gradient 0.
+  # Swapped bounds would leave s inside the band: loss 2 s, nonzero gradient.
+  old = jnp.full((1, 2), -1.0)
+  logp = old + jnp.array([[-3e-4, -4e-4]])
+  mask = jnp.ones((1, 2))
+  adv = jnp.array([-2.0])
+  loss, aux = objectives.gspo(logp, old, adv, mask)
+  testing.assert_close(loss, (1.0 - 3e-4) * 2.0, rtol=1e-6)
+  assert float(aux.clip_fraction) == 1.0
+  g = grad_logp(objectives.gspo, logp, old, adv, mask)
+  testing.assert_close(g, jnp.zeros((1, 2)))
+
+
 # -------------------------------------------------------------------- gmpo
 
 
@@ -295,6 +348,16 @@ def test_cfpo_value_and_gradient_outside_band():
   # d/dlogp = -(A - |A| (r-1)/eps) * r = -(2 - 5) * 1.5.
   testing.assert_close(grad, 4.5, rtol=1e-5)
   assert float(aux.clip_fraction) == 1.0
+
+
+def test_cfpo_value_and_gradient_negative_advantage():
+  # -(r A - |A| (r-1)^2 / (2 eps)) at r = 0.5, A = -2, eps = 0.2:
+  # -(-1 - 2 * 0.25 / 0.4) = -(-1 - 1.25) = 2.25.
+  loss, grad, aux = one_token("cfpo", 0.5, -2.0)
+  testing.assert_close(loss, 2.25, rtol=1e-5)
+  # d/dlogp = -(A - |A| (r-1)/eps) * r = -(-2 - 2 * (-0.5) / 0.2) * 0.5 = -1.5.
+  testing.assert_close(grad, -1.5, rtol=1e-5)
+  assert float(aux.clip_fraction) == 1.0  # r < 1 - eps with A < 0
 
 
 @pytest.mark.parametrize("adv,maximiser", [(1.0, 1.2), (-3.0, 0.8)])
@@ -403,8 +466,13 @@ def test_r2vpo_stateful_cycle():
   logp, old, adv, mask = batch(spread=0.4)
   _, aux = objectives.r2vpo(logp, old, adv, mask, **spec.state_kwargs(state))
   state = spec.update(state, aux, delta=0.001, eta=2.0, center="one")
-  testing.assert_close(state.lam, 2.0 * (float(aux.ratio_var) - 0.001),
-                       rtol=1e-6)
+  # Default center "one": Var = sum m (r - 1)^2 / sum m, in float64 from the
+  # inputs; lam = max(0, 0 + eta * (Var - delta)).
+  m = np.asarray(mask, np.float64)
+  r = np.exp(np.asarray(logp, np.float64) - np.asarray(old, np.float64))
+  var = (((r - 1.0) ** 2) * m).sum() / m.sum()
+  assert var > 0.001  # so the max(0, .) does not hide the value
+  testing.assert_close(state.lam, 2.0 * (var - 0.001), rtol=1e-5)
   assert spec.state_kwargs(state) == {"lam": state.lam}
 
 
@@ -521,15 +589,8 @@ def test_bf16_inputs(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_jit_and_vmap_agree_with_eager(name):
-  fn = objectives.get(name)
-  first, second = batch(seed=1), batch(seed=2)
-  eager = [fn(*b) for b in (first, second)]
-  testing.assert_close(jax.jit(fn)(*first), eager[0], rtol=1e-5, atol=1e-6)
-  stacked = [jnp.stack([a, b]) for a, b in zip(first, second)]
-  mapped = jax.vmap(fn)(*stacked)
-  testing.assert_close(
-      mapped, jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), *eager),
-      rtol=1e-5, atol=1e-6)
+  stacked = [jnp.stack(pair) for pair in zip(batch(seed=1), batch(seed=2))]
+  testing.assert_jit_and_vmap_match_eager(objectives.get(name), *stacked)
 
 
 @pytest.mark.parametrize("name,hparams", [
