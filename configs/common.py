@@ -105,7 +105,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.minibatch_size = 0      # rows per optimiser step; 0 = all N rows
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
-  c.train.chunk_size = 4096       # rows per chunk of the log-prob computation
+  c.train.chunk_size = 4096       # positions (of N*T) per log-prob chunk
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50
@@ -250,8 +250,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "set max_length <= rollout.max_new_tokens")
 
   _check_choice("advantage.name", c.advantage.name, advantages.names())
+  # The overlong penalty is one more reward column.
+  num_rewards = len(c.rewards.functions) + int(o.enabled)
   if (c.rewards.multi_reward_mode == "normalize_then_sum"
-      and len(c.rewards.functions) > 1 and c.advantage.name != "grpo"):
+      and num_rewards > 1 and c.advantage.name != "grpo"):
     _fail("rewards.multi_reward_mode",
           "'normalize_then_sum' (GDPO) is defined for advantage.name='grpo'",
           "use 'sum_then_normalize' or advantage.name='grpo'")

@@ -21,6 +21,8 @@ def get_config(arg=None):
   c.kl.beta = 0.0
   c.rollout.dynamic_sampling = True
   c.rewards.overlong.enabled = True
-  c.rewards.overlong.max_length = c.rollout.max_new_tokens
-  c.rewards.overlong.cache_length = c.rollout.max_new_tokens // 4
+  # References: --config.rollout.max_new_tokens=... moves them too.
+  max_new_tokens = c.rollout.get_ref("max_new_tokens")
+  c.rewards.overlong.max_length = max_new_tokens
+  c.rewards.overlong.cache_length = max_new_tokens // 4
   return common.finalize(c, arg)

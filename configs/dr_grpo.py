@@ -19,6 +19,7 @@ def get_config(arg=None):
   c.advantage.name = "dr_grpo"
   c.advantage.kwargs = {}
   c.objective.aggregation = "seq_mean_token_sum_norm"
-  c.objective.horizon = c.rollout.max_new_tokens
+  # A reference: --config.rollout.max_new_tokens=... moves it too.
+  c.objective.horizon = c.rollout.get_ref("max_new_tokens")
   c.kl.beta = 0.0
   return common.finalize(c, arg)

@@ -104,7 +104,7 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
     input_mask: [N, S], 1 on real prompt and completion tokens.
     completion_start: Sp, the column of the first completion token.
     temperature: the sampling temperature.
-    chunk_size: rows (of the flattened N*T) per chunk of `logprobs.token_logprobs`.
+    chunk_size: positions (of N*T) per chunk of `logprobs.token_logprobs`.
 
   Returns:
     (logp [N, T], entropy [N, T]) float32.
@@ -209,10 +209,18 @@ def combine_advantages(rewards, weights, *, estimator: Callable,
   return estimator(combined, **estimator_kwargs)
 
 
-def has_signal(rewards) -> np.ndarray:
-  """[P] True where some reward varies within the group [P, G, K]."""
-  rewards = np.asarray(rewards)
-  return (rewards.max(axis=1) != rewards.min(axis=1)).any(axis=-1)
+def has_signal(rewards, weights, *, multi_reward_mode: str) -> np.ndarray:
+  """[P] True where a group [P, G, K] can get nonzero advantages.
+
+  The weighted sum of its rewards varies within the group
+  (``sum_then_normalize``), or some weighted reward does
+  (``normalize_then_sum``, which normalises each reward on its own). A
+  reward of weight 0 never gives signal.
+  """
+  weighted = np.asarray(rewards) * np.asarray(weights, np.float32)
+  if multi_reward_mode != "normalize_then_sum":
+    weighted = weighted.sum(axis=-1, keepdims=True)
+  return (weighted.max(axis=1) != weighted.min(axis=1)).any(axis=-1)
 
 
 # ------------------------------------------------------------------ rollout
@@ -240,6 +248,13 @@ class Settings(NamedTuple):
   on_policy: bool = False  # one optimiser step per batch: no old_logp pass
 
 
+def reward_weights(settings: Settings) -> list:
+  """[K] weights of the reward columns: the reward functions', then the
+  overlong penalty's when it is on."""
+  overlong = [settings.overlong[2]] if settings.overlong is not None else []
+  return list(settings.reward_weights) + overlong
+
+
 class _Round(NamedTuple):
   """One round of sampling, numpy, grouped [P, G, ...]."""
   prompt_ids: list  # P token lists
@@ -250,6 +265,7 @@ class _Round(NamedTuple):
   tempered_logprobs: np.ndarray  # [P, G, T]
   rewards: np.ndarray  # [P, G, K]
   errors: np.ndarray  # [K] completions whose reward function raised
+  signal: np.ndarray  # [P] groups that can get nonzero advantages
 
 
 def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
@@ -364,6 +380,7 @@ def _sample_round(params, examples, key, *, settings: Settings, model_config,
     penalty = np.asarray(overlong_fn(np.asarray(out.lengths)), np.float32)
     rewards = np.concatenate([rewards, penalty[:, None]], axis=-1)
   t = s.max_new_tokens
+  rewards = rewards.reshape(p, g, -1)
   return _Round(
       prompt_ids=prompt_ids,
       tokens=np.asarray(out.tokens).reshape(p, g, t),
@@ -371,8 +388,10 @@ def _sample_round(params, examples, key, *, settings: Settings, model_config,
       lengths=np.asarray(out.lengths).reshape(p, g),
       truncated=np.asarray(out.truncated).reshape(p, g),
       tempered_logprobs=np.asarray(out.tempered_logprobs).reshape(p, g, t),
-      rewards=rewards.reshape(p, g, -1),
-      errors=errors)
+      rewards=rewards,
+      errors=errors,
+      signal=has_signal(rewards, reward_weights(s),
+                        multi_reward_mode=s.multi_reward_mode))
 
 
 def _select_groups(rounds: Sequence[_Round], num_prompts: int):
@@ -380,7 +399,7 @@ def _select_groups(rounds: Sequence[_Round], num_prompts: int):
   sampling order, then groups without it (to be masked out)."""
   with_signal, without = [], []
   for r, rnd in enumerate(rounds):
-    for i, ok in enumerate(has_signal(rnd.rewards)):
+    for i, ok in enumerate(rnd.signal):
       (with_signal if ok else without).append((r, i))
   chosen = with_signal[:num_prompts]
   filler = without[:num_prompts - len(chosen)]
@@ -426,7 +445,7 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
                            jax.random.fold_in(key, r)))
     if not s.dynamic_sampling:
       break
-    if sum(has_signal(rnd.rewards).sum() for rnd in rounds) >= p:
+    if sum(rnd.signal.sum() for rnd in rounds) >= p:
       break
   if s.dynamic_sampling:
     chosen, filler = _select_groups(rounds, p)
@@ -441,8 +460,7 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
   t1 = time.perf_counter()
 
   rewards = pick("rewards")  # [P, G, K]
-  weights = list(s.reward_weights) + (
-      [s.overlong[2]] if s.overlong is not None else [])
+  weights = reward_weights(s)
   adv = combine_advantages(rewards, weights, estimator=estimator,
                            estimator_kwargs=estimator_kwargs,
                            multi_reward_mode=s.multi_reward_mode)
@@ -546,7 +564,7 @@ def make_task(data_config, *, seed: int):
     return data.ListDataset(data.gsm8k("train"), data.gsm8k("test"),
                             seed=seed)
   train, heldout = data.split_heldout(
-      data.jsonl(data_config.path, instruction=data.ANSWER_INSTRUCTION),
+      data.jsonl(data_config.path),
       fraction=data_config.heldout_fraction)
   return data.ListDataset(train, heldout, seed=seed)
 

@@ -207,7 +207,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
     kl_estimator: ``k1``, ``k2`` or ``k3``.
     temperature: the sampling temperature (for `policy_logprobs`).
     microbatch_size: rows per accumulation step; 0 = the whole minibatch.
-    chunk_size: rows (of the flattened N*T) per chunk of the log-prob computation.
+    chunk_size: positions (of N*T) per chunk of the log-prob computation.
     jit: jit with the state donated (False for debugging).
   """
   objective = objectives.get(objective_name)
@@ -244,9 +244,10 @@ def make_update_fn(*, model_config: models.ModelConfig,
       loss = loss + beta * _safe_divide(kl_sc.total, counts[1])
     mismatch = jnp.zeros((), jnp.float32)
     if micro.sampler_logp is not None:
+      # Over every sampled token (the loss mask may drop some).
       mismatch = rollout_lib.sampler_mismatch(
           jax.lax.stop_gradient(logp), micro.sampler_logp,
-          micro.completion_mask)
+          micro.input_mask[:, completion_start:])
     return loss, (aux, entropy, kl_sum, mismatch)
 
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
@@ -321,7 +322,9 @@ def make_update_fn(*, model_config: models.ModelConfig,
     measurements = {
         "loss": stats.loss,
         "grad_norm": grad_norm,
-        "learning_rate": current_learning_rate(state.opt_state),
+        # The rate this update used (inject_hyperparams stores it in the
+        # new state).
+        "learning_rate": current_learning_rate(new_opt_state),
         "skipped_updates": 1.0 - finite.astype(jnp.float32),
         "ratio_mean": per_token(stats.ratio_mean),
         "ratio_var": per_token(stats.ratio_var),

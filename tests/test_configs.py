@@ -74,6 +74,18 @@ def test_invalid_values_name_the_field(field, value, named):
     common.validate(config)
 
 
+def test_gdpo_with_the_overlong_column_needs_grpo_advantages():
+  """One reward function plus DAPO's overlong penalty is K=2 rewards, so
+  GDPO would silently replace the configured estimator."""
+  config = load("dapo")
+  config.rewards.functions, config.rewards.weights = ("accuracy",), (1.0,)
+  config.advantage.name, config.advantage.kwargs = "dr_grpo", {}
+  common.validate(config)  # summed rewards: any estimator
+  config.rewards.multi_reward_mode = "normalize_then_sum"
+  with pytest.raises(ValueError, match=r"rewards\.multi_reward_mode"):
+    common.validate(config)
+
+
 def test_horizon_is_required_by_the_constant_normaliser():
   config = load("grpo")
   config.objective.aggregation = "seq_mean_token_sum_norm"
@@ -95,6 +107,20 @@ def test_mismatched_reward_weights_fail():
   config.rewards.weights = (1.0,)
   with pytest.raises(ValueError, match=r"rewards\.weights"):
     common.validate(config)
+
+
+def test_fields_derived_from_max_new_tokens_follow_an_override():
+  """A command-line --config.rollout.max_new_tokens=256 (an assignment after
+  get_config) moves DAPO's overlong window and Dr. GRPO's horizon with it;
+  a copy would leave a hidden cap at the old length."""
+  dapo = load("dapo")
+  dapo.rollout.max_new_tokens = 256
+  assert dapo.rewards.overlong.max_length == 256
+  assert dapo.rewards.overlong.cache_length == 64
+  common.validate(dapo)
+  dr_grpo = load("dr_grpo")
+  dr_grpo.rollout.max_new_tokens = 256
+  assert dr_grpo.objective.horizon == 256
 
 
 def test_unknown_config_argument_fails():

@@ -225,15 +225,32 @@ def test_schedule_warmup_then_cosine():
 
 
 def test_optimizer_clips_the_global_norm():
-  optimizer = train.make_optimizer(learning_rate=1.0, max_grad_norm=1.0)
+  optimizer = train.make_optimizer(learning_rate=1.0, max_grad_norm=1.0,
+                                   b1=0.9)
   params = {"w": jnp.zeros(2)}
   state = optimizer.init(params)
-  grads = {"w": jnp.array([30.0, 40.0])}
-  first = optax.clip_by_global_norm(1.0).update(grads, optax.EmptyState())[0]
-  np.testing.assert_allclose(np.asarray(first["w"]), [0.6, 0.8], rtol=1e-6)
-  updates, state = optimizer.update(grads, state, params)
-  assert np.all(np.isfinite(np.asarray(updates["w"])))
-  assert float(train.current_learning_rate(state)) == 1.0
+  grads = {"w": jnp.array([30.0, 40.0])}  # norm 50 -> [0.6, 0.8]
+  _, state = optimizer.update(grads, state, params)
+  # Adam's first moment after one step is (1 - b1) * the clipped gradient
+  # (Adam's own step would hide the clipping: it divides the scale away).
+  mu = [node.mu for node in jax.tree.leaves(
+      state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(node, "mu")]
+  np.testing.assert_allclose(np.asarray(mu[0]["w"]), [0.06, 0.08], rtol=1e-5)
+
+
+def test_logged_learning_rate_is_the_one_each_update_used(model):
+  """Warmup 0 -> 1 over 4 steps: updates 0, 1, 2 use 0, 0.25, 0.5."""
+  config, params = model
+  optimizer = train.make_optimizer(learning_rate=1.0, warmup_steps=4,
+                                   total_steps=10)
+  fn = update(config, optimizer)
+  batch = random_batch(config, params, jax.random.PRNGKey(7))
+  state = make_state(params, optimizer)
+  rates = []
+  for _ in range(3):
+    state, m = fn(state, batch)
+    rates.append(float(m["learning_rate"]))
+  np.testing.assert_allclose(rates, [0.0, 0.25, 0.5], atol=1e-7)
 
 
 # ----------------------------------------------------------- rollout
@@ -314,13 +331,38 @@ def test_dynamic_sampling_changes_the_batch(tiny_rollout):
 
 def test_select_groups_prefers_groups_with_signal():
   def fake_round(rewards):
-    return rollout._Round(*([None] * 6), rewards=np.asarray(rewards)[..., None],
-                          errors=None)
+    rewards = np.asarray(rewards)[..., None]
+    return rollout._Round(
+        *([None] * 6), rewards=rewards, errors=None,
+        signal=rollout.has_signal(rewards, [1.0],
+                                  multi_reward_mode="sum_then_normalize"))
   rounds = [fake_round([[1, 1], [0, 1]]), fake_round([[0, 0], [1, 0]])]
   chosen, filler = rollout._select_groups(rounds, 2)
   assert chosen == [(0, 1), (1, 1)] and filler == []
   chosen, filler = rollout._select_groups(rounds[:1], 2)
   assert chosen == [(0, 1)] and filler == [(0, 0)]
+
+
+def test_signal_is_in_the_weighted_rewards_that_advantages_see():
+  # [P=3, G=2, K=2]: group 0 varies only in a weight-0 reward; group 1's
+  # rewards vary but their sum does not; group 2's sum varies.
+  rewards = np.asarray([[[0, 1], [0, 0]], [[1, 0], [0, 1]],
+                        [[1, 1], [0, 0]]], np.float32)
+  summed = rollout.has_signal(rewards, [1.0, 0.0],
+                              multi_reward_mode="sum_then_normalize")
+  np.testing.assert_array_equal(summed, [False, True, True])
+  summed = rollout.has_signal(rewards, [1.0, 1.0],
+                              multi_reward_mode="sum_then_normalize")
+  np.testing.assert_array_equal(summed, [True, False, True])
+  # GDPO normalises each reward alone: group 1 has signal there.
+  gdpo = rollout.has_signal(rewards, [1.0, 1.0],
+                            multi_reward_mode="normalize_then_sum")
+  np.testing.assert_array_equal(gdpo, [True, True, True])
+  # Summed, signal is exactly where GRPO's advantages are nonzero.
+  adv = rollout.combine_advantages(
+      rewards, [1.0, 1.0], estimator=advantages.grpo, estimator_kwargs={},
+      multi_reward_mode="sum_then_normalize")
+  np.testing.assert_array_equal(np.abs(np.asarray(adv)).max(-1) > 0, summed)
 
 
 def test_truncated_completions_leave_mask_and_denominator(tiny_rollout):

@@ -268,6 +268,11 @@ def params_from_hf_tensors(get_tensor: Callable[[str], Optional[np.ndarray]],
 # GGUF (llama.cpp) files.
 
 
+# Part of every cache entry's name: bump it when the conversion changes
+# (tensor mapping, q/k permutation, config keys) so old entries go unused.
+CONVERSION_VERSION = 1
+
+
 def _cache_root() -> pathlib.Path:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
       os.path.expanduser("~"), ".cache")
@@ -294,7 +299,8 @@ def load_gguf(path, *, dtype="float32", param_dtype=None,
   path = pathlib.Path(path)
   dtype = dtype_name(dtype)
   param_dtype = dtype if param_dtype is None else dtype_name(param_dtype)
-  entry = _cache_root() / f"{path.stem}-{path.stat().st_size}-{_file_digest(path)}"
+  entry = _cache_root() / (f"{path.stem}-{path.stat().st_size}-"
+                           f"{_file_digest(path)}-v{CONVERSION_VERSION}")
   if not (use_cache and (entry / "params.safetensors").is_file()):
     config, flat, tokenizer = _convert_gguf(path)
     if use_cache:
