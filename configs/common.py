@@ -177,6 +177,28 @@ def _check_kwargs(field, fn, kwargs, positional):
             f"use one of {', '.join(allowed) or '(none)'}")
 
 
+def _check_objective_state(o, stateful):
+  """objective.state holds options of a stateful objective's (init, update)
+  only, none of them also in objective.kwargs (the update gets both)."""
+  if stateful is None:
+    if o.state:
+      _fail("objective.state", f"{o.name!r} keeps no state",
+            "leave objective.state empty")
+    return
+  allowed = [name for fn in (stateful.init, stateful.update)
+             for name, p in inspect.signature(fn).parameters.items()
+             if p.kind == p.KEYWORD_ONLY or (
+                 p.kind == p.POSITIONAL_OR_KEYWORD
+                 and name not in ("state", "aux"))]
+  for key in o.state:
+    if key not in allowed:
+      _fail(f"objective.state.{key}", f"{o.name}'s state takes no option "
+            f"{key!r}", f"use one of {', '.join(allowed)}")
+    if key in o.kwargs:
+      _fail(f"objective.state.{key}", "is set in objective.kwargs too",
+            "set it in one place")
+
+
 def _positive(c, field, *, allow_zero=False):
   value = c
   for part in field.split("."):
@@ -263,6 +285,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_choice("objective.name", c.objective.name, objectives.names())
   _check_kwargs("objective.kwargs", objectives.get(c.objective.name),
                 c.objective.kwargs, positional=objective_arrays())
+  _check_objective_state(c.objective, objectives.stateful(c.objective.name))
   _check_choice("objective.aggregation", c.objective.aggregation,
                 aggregation.MODES)
   if (c.objective.aggregation == "seq_mean_token_sum_norm"

@@ -86,6 +86,18 @@ def test_gdpo_with_the_overlong_column_needs_grpo_advantages():
     common.validate(config)
 
 
+@pytest.mark.parametrize("name,state,named", [
+    ("r2vpo", dict(eta=0.1, etta=1.0), r"objective\.state\.etta"),
+    ("r2vpo", dict(delta=0.02), r"objective\.state\.delta.*kwargs"),
+    ("grpo", dict(eta=0.1), r"objective\.state.*keeps no state"),
+])
+def test_objective_state_options_are_checked(name, state, named):
+  config = load(name)
+  config.objective.state = state
+  with pytest.raises(ValueError, match=named):
+    common.validate(config)
+
+
 def test_horizon_is_required_by_the_constant_normaliser():
   config = load("grpo")
   config.objective.aggregation = "seq_mean_token_sum_norm"
