@@ -319,6 +319,44 @@ def test_greedy_sampling_matches_single_device(shape):
   assert got.tokens.addressable_shards[0].data.shape == (8 // rows, 4)
 
 
+def test_sampled_decoding_matches_single_device():
+  """Temperature sampling draws the same tokens with rows split over the
+  mesh (threefry random bits do not depend on the sharding)."""
+  kwargs = dict(SAMPLE_KWARGS, greedy=False, temperature=0.8, top_k=20)
+  key = jax.random.PRNGKey(3)
+  expected = sampling.sample(params(), CONFIG, *PROMPTS, key, **kwargs)
+  m = mesh((2, 2, 2))
+  with jax.set_mesh(m):
+    got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
+                          *PROMPTS, key, **kwargs)
+  np.testing.assert_array_equal(np.asarray(got.tokens),
+                                np.asarray(expected.tokens))
+  assert_tree_close(got.logprobs, expected.logprobs)
+
+
+def test_grouped_query_attention_update_matches_single_device():
+  """4 KV heads for 8 query heads, split over tensor=2: loss and params."""
+  config = testing.tiny_config(num_heads=8, num_kv_heads=4, head_dim=8,
+                               intermediate_size=128)
+  model_params = models.init_params(config, jax.random.PRNGKey(0))
+  update_fn = train.make_update_fn(
+      model_config=config, optimizer=OPTIMIZER, objective_name="ppo_clip",
+      objective_kwargs={}, aggregation="token_mean", chunk_size=64,
+      jit=False)
+  minibatch = batch()._replace(ref_logp=None)
+
+  def state():
+    return train.init_state(jax.tree.map(jnp.copy, model_params), OPTIMIZER,
+                            seed=0, objective_name="ppo_clip")
+
+  expected = jax.device_get(jax.jit(update_fn)(state(), minibatch))
+  m = mesh((2, 2, 2))
+  sharded = sharding.jit_sharded(update_fn, state(), m)
+  placed = sharding.shard_tree(state(), model_params, m)
+  got = sharded(placed, sharding.shard_batch(minibatch, m))
+  assert_tree_close(got, expected)
+
+
 def test_decode_loop_keeps_the_kv_cache_split():
   """The while loop's carry holds each layer's cache as [N/4, L, K/2, hd]
   per device on a 2x2x2 mesh (rows over data x fsdp, kv heads over

@@ -329,6 +329,28 @@ def test_dynamic_sampling_changes_the_batch(tiny_rollout):
   assert m_dyn["rollout/groups_with_signal"] == 0
 
 
+def test_dynamic_sampling_resamples_until_groups_have_signal(tiny_rollout):
+  """Round 0 scores every completion alike (no signal), round 1 varies:
+  sampling stops after round 1 and every group of the batch has signal
+  (nonzero advantages) and stays in the loss."""
+  calls = []
+
+  def varies_from_round_one(prompts, completions, answers):
+    calls.append(list(completions))
+    if len(calls) == 1:
+      return [0.0] * len(completions)
+    return [float(i % 2) for i in range(len(completions))]
+
+  batch, m = run_generate(tiny_rollout, varies_from_round_one, dynamic=True)
+  assert len(calls) == 2 and m["rollout/rounds"] == 2
+  assert m["rollout/groups_with_signal"] == 1.0
+  # The loss sees every sampled token of round 1's completions.
+  np.testing.assert_array_equal(
+      np.asarray(batch.completion_mask),
+      np.asarray(batch.input_mask)[:, -batch.completion_mask.shape[1]:])
+  assert np.abs(np.asarray(batch.advantages)).min() > 0
+
+
 def test_select_groups_prefers_groups_with_signal():
   def fake_round(rewards):
     rewards = np.asarray(rewards)[..., None]
