@@ -86,7 +86,10 @@ def tempered_log_softmax(logits, temperature: float = 1.0):
 
 
 def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
-  """Rows per chunk so that one chunk of float32 logits fits the byte budget.
+  """Positions per chunk so that one chunk of float32 logits fits the budget.
+
+  `token_logprobs` rounds it down to whole columns of N rows (at least one),
+  so a chunk holds at most this many positions unless N alone is larger.
 
   Args:
     vocab_size: V.

@@ -47,7 +47,6 @@ RESIDUAL = P(BATCH_AXES, None, None)  # [B, S, D]: the residual stream.
 HEADS = P(BATCH_AXES, None, "tensor", None)  # [B, S|L, heads, hd]: q/k/v and
                                              # one layer's KV cache.
 MLP_HIDDEN = P(BATCH_AXES, None, "tensor")  # [B, S, F]
-CACHE = P(None, BATCH_AXES, None, "tensor", None)  # [Lyr, B, L, K, hd]
 
 # (regex over the '/'-joined parameter path, spec over the full shape).
 # First full match wins. Shapes from models/transformer.py (Lyr leading).

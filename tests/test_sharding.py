@@ -444,26 +444,27 @@ def test_process_rows_split_prompts_in_contiguous_blocks():
 
 
 
-def test_constrain_splits_the_kv_cache_under_a_mesh_only():
+def test_constrain_splits_a_layer_cache_under_a_mesh_only():
+  """`HEADS` on one layer's cache [B, L, K, hd], as the model applies it."""
   m = mesh((2, 2, 2))
-  cache = models.init_cache(CONFIG, batch=4, length=8)  # [Lyr, B, L, K, hd]
-  constrain = jax.jit(lambda c: sharding.constrain(c, sharding.CACHE))
+  cache = models.init_cache(CONFIG, batch=4, length=8).k[0]  # [B, L, K, hd]
+  constrain = jax.jit(lambda c: sharding.constrain(c, sharding.HEADS))
   with jax.set_mesh(m):
     out = constrain(cache)
-  assert out.k.sharding.is_equivalent_to(
-      NamedSharding(m, P(None, ("data", "fsdp"), None, "tensor", None)), 5)
-  assert out.k.addressable_shards[0].data.shape == (2, 1, 8, 4, 8)
+  assert out.sharding.is_equivalent_to(
+      NamedSharding(m, P(("data", "fsdp"), None, "tensor", None)), 4)
+  assert out.addressable_shards[0].data.shape == (1, 8, 4, 8)
   # No mesh: the identity.
-  assert sharding.constrain(cache, sharding.CACHE) is cache
+  assert sharding.constrain(cache, sharding.HEADS) is cache
   # 3 rows do not split over 4 devices: the constraint steps aside.
-  odd = models.init_cache(CONFIG, batch=3, length=8)
+  odd = cache[:3]
   with jax.set_mesh(m):
-    assert sharding.constrain(odd, sharding.CACHE) is odd
+    assert sharding.constrain(odd, sharding.HEADS) is odd
   # A custom mesh without 'fsdp' and 'tensor': rows over 'data' alone.
-  data_only = sharding.make_mesh((8,), axis_names=("data",))
+  data_only = sharding.make_mesh((4,), axis_names=("data",))
   with jax.set_mesh(data_only):
-    out = constrain(models.init_cache(CONFIG, batch=8, length=8))
-  assert out.k.addressable_shards[0].data.shape == (2, 1, 8, 8, 8)
+    out = constrain(cache)
+  assert out.addressable_shards[0].data.shape == (1, 8, 8, 8)
 
 
 def test_trainer_builds_and_steps_on_a_mesh():
@@ -482,3 +483,8 @@ def test_trainer_builds_and_steps_on_a_mesh():
   assert state.params["layers"]["attn"]["q"].sharding == q_sharding
   assert measurements["skipped_updates"] == 0.0
   testing.assert_finite(jax.device_get(state.params))
+  # A second step under the same mesh reuses the compiled sampler.
+  traces = sampling.trace_count()
+  state, _ = train.train_step(run, state, 1)
+  assert sampling.trace_count() == traces
+  assert state.params["layers"]["attn"]["q"].sharding == q_sharding
