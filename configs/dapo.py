@@ -1,28 +1,36 @@
 """DAPO (arXiv 2503.14476): clip-higher, token mean, dynamic sampling.
 
 PPO clip with eps_low=0.2, eps_high=0.28; ``token_mean`` aggregation; no KL;
-groups without reward variance are resampled (dynamic sampling); overlong
-reward shaping in tokens.
+groups whose accuracy does not vary are resampled (dynamic sampling);
+overlong reward shaping in tokens.
+
+Paper's setup: 512 prompts x 16 completions per rollout, mini-batches of
+512 completions, "16 gradient updates for each rollout step", lr 1e-6.
+Scaled down: 8 prompts x 8 completions in 4 minibatches of 16 rows, so
+the last three optimiser steps of each batch are off policy and
+clip-higher acts.
 
 Command:
   python -m experiments.train --config=configs/dapo.py --workdir=runs/dapo
 
 Expect: fewer collapsed groups in the batch than GRPO (rollout rounds > 1 on
-some steps), entropy that decays more slowly, accuracy at least GRPO's.
+some steps), ratios leaving 1 from the second minibatch on, entropy that
+decays more slowly, accuracy at least GRPO's.
 """
 
-from configs import common
+from grpo_jax import config as config_lib
 
 
 def get_config(arg=None):
-  c = common.get_base_config()
+  c = config_lib.get_base_config()
   c.objective.kwargs.clip_high = 0.28
-  c.objective.aggregation = "token_mean"
+  c.objective.kwargs.aggregation = "token_mean"
   c.kl.beta = 0.0
+  c.train.num_minibatches = 4
   c.rollout.dynamic_sampling = True
   c.rewards.overlong.enabled = True
   # References: --config.rollout.max_new_tokens=... moves them too.
   max_new_tokens = c.rollout.get_ref("max_new_tokens")
   c.rewards.overlong.max_length = max_new_tokens
   c.rewards.overlong.cache_length = max_new_tokens // 4
-  return common.finalize(c, arg)
+  return config_lib.finalize(c, arg)

@@ -14,11 +14,11 @@ run, and held-out greedy accuracy above the base model's (README: measured
 figures and their commands).
 """
 
-from configs import common
+from grpo_jax import config as config_lib
 
 
 def get_config(arg=None):
-  c = common.get_base_config()
+  c = config_lib.get_base_config()
   c.data.heldout_fraction = 0.5
   c.data.heldout_size = 40
   c.data.prompt_buckets = (64, 128)
@@ -31,4 +31,4 @@ def get_config(arg=None):
   c.optimizer.learning_rate = 2e-5
   c.train.num_steps = 40
   c.checkpoint.every = 10
-  return common.finalize(c, arg)
+  return config_lib.finalize(c, arg)

@@ -16,7 +16,7 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
-from configs import common
+from grpo_jax import config as config_lib
 from grpo_jax import evaluation
 from grpo_jax import train as train_lib
 
@@ -39,7 +39,7 @@ def main(argv):
     config = ml_collections.ConfigDict(json.loads(metadata["config"]))
   if config is None:
     raise app.UsageError("give --config or --checkpoint.")
-  common.validate(config)
+  config_lib.validate(config)
   results = evaluation.evaluate(
       config, checkpoint=_CHECKPOINT.value,
       num_problems=_NUM_PROBLEMS.value or config.data.heldout_size, k=_K.value)

@@ -25,7 +25,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 import tqdm
 
-from configs import common
+from grpo_jax import config as config_lib
 from grpo_jax import sharding
 from grpo_jax import train as train_lib
 
@@ -66,7 +66,7 @@ def main(argv):
   del argv
   # Before anything touches a device.
   sharding.maybe_initialize_distributed(_DISTRIBUTED.value)
-  config = common.validate(_CONFIG.value)
+  config = config_lib.validate(_CONFIG.value)
   if not sharding.is_main_process():
     train_lib.train(config, _WORKDIR.value)
     return

@@ -18,12 +18,10 @@ from typing import NamedTuple, Optional
 
 import jax.numpy as jnp
 
-MODES = (
-    "token_mean",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum",
-    "seq_mean_token_sum_norm",
-)
+from grpo_jax import registry
+
+AGGREGATIONS = registry.Registry("aggregation",
+                                 positional=("masked", "lengths"))
 
 
 class SumCount(NamedTuple):
@@ -32,15 +30,48 @@ class SumCount(NamedTuple):
   count: jnp.ndarray
 
 
+@AGGREGATIONS.register()
+def token_mean(masked, lengths, *, horizon=None) -> SumCount:
+  """sum_it L*m / sum_it m (DAPO)."""
+  del horizon
+  return SumCount(masked.sum(), lengths.sum())
+
+
+@AGGREGATIONS.register()
+def seq_mean_token_mean(masked, lengths, *, horizon=None) -> SumCount:
+  """The mean over rows with tokens of each row's token mean (GRPO)."""
+  del horizon
+  per_row = masked.sum(axis=-1) / jnp.maximum(lengths, 1.0)
+  return SumCount(per_row.sum(), (lengths > 0).astype(jnp.float32).sum())
+
+
+@AGGREGATIONS.register()
+def seq_mean_token_sum(masked, lengths, *, horizon=None) -> SumCount:
+  """The mean over rows with tokens of each row's token sum."""
+  del horizon
+  return SumCount(masked.sum(), (lengths > 0).astype(jnp.float32).sum())
+
+
+@AGGREGATIONS.register(needs_horizon=True)
+def seq_mean_token_sum_norm(masked, lengths, *, horizon=None) -> SumCount:
+  """sum_it L*m / (N * horizon): a constant denominator (Dr. GRPO)."""
+  return SumCount(masked.sum(),
+                  jnp.asarray(lengths.shape[0] * horizon, jnp.float32))
+
+
+MODES = AGGREGATIONS.names()
+
+
 def check_mode(mode: str, horizon: Optional[int] = None) -> None:
   """Raises a ValueError naming `aggregation` or `horizon` if they are unusable."""
-  if mode not in MODES:
+  if mode not in AGGREGATIONS:
     raise ValueError(
         f"aggregation={mode!r} is unknown; choose one of {', '.join(MODES)}.")
-  if mode == "seq_mean_token_sum_norm" and (horizon is None or horizon <= 0):
+  if (AGGREGATIONS.entry(mode).meta.get("needs_horizon")
+      and (horizon is None or horizon <= 0)):
     raise ValueError(
-        "aggregation='seq_mean_token_sum_norm' needs horizon= (a positive "
-        f"constant, usually the max completion length); got horizon={horizon!r}.")
+        f"aggregation={mode!r} needs horizon= (a positive constant, usually "
+        f"the max completion length); got horizon={horizon!r}.")
 
 
 def check_token_arrays(**arrays) -> None:
@@ -78,18 +109,13 @@ def sum_and_count(values, mask, mode: str, *, horizon: Optional[int] = None
   mask = jnp.asarray(mask, jnp.float32)
   # where(), not multiplication: a NaN or inf under padding must not leak in.
   masked = jnp.where(mask > 0, values * mask, 0.0)
-  lengths = mask.sum(axis=-1)
-  nonempty = (lengths > 0).astype(jnp.float32)
-  if mode == "token_mean":
-    return SumCount(masked.sum(), lengths.sum())
-  if mode == "seq_mean_token_mean":
-    per_row = masked.sum(axis=-1) / jnp.maximum(lengths, 1.0)
-    return SumCount(per_row.sum(), nonempty.sum())
-  if mode == "seq_mean_token_sum":
-    return SumCount(masked.sum(), nonempty.sum())
-  # seq_mean_token_sum_norm: a constant denominator, whatever the padding.
-  return SumCount(masked.sum(),
-                  jnp.asarray(values.shape[0] * horizon, jnp.float32))
+  return AGGREGATIONS.get(mode)(masked, mask.sum(axis=-1), horizon=horizon)
+
+
+def count(mask, mode: str, *, horizon: Optional[int] = None) -> jnp.ndarray:
+  """The denominator `mode` divides by for this [N, T] mask."""
+  return sum_and_count(jnp.zeros(jnp.shape(mask), jnp.float32), mask, mode,
+                       horizon=horizon).count
 
 
 def sequence_sum_and_count(values, row_mask) -> SumCount:

@@ -10,6 +10,9 @@ training batch ever contains.
 | `ArithmeticTask`  | fresh problems per step        | a hash-split of problems |
 | `ListDataset`     | a seeded permutation per epoch | a fixed list             |
 
+The registered tasks (`TASKS`, a config's ``data.task``) build them:
+``arithmetic``, ``gsm8k`` and ``jsonl``.
+
 The answer format (a final ``\\boxed{}``, what `rewards.format_reward` checks)
 is asked for in `SYSTEM_PROMPT`; pass it to `format_prompt`. Questions are bare
 by default; `instruction=` appends `rewards.ANSWER_INSTRUCTION` (or any text) to
@@ -30,6 +33,8 @@ from typing import List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
+from grpo_jax import registry
+
 OPERATORS = ("+", "-", "*")
 
 # The answer-format instruction for every source (see the module docstring).
@@ -38,6 +43,10 @@ SYSTEM_PROMPT = ("You are a math assistant. Solve the problem, then give the "
 
 # Problem spaces up to this size are enumerated to find every held-out problem.
 _ENUMERATE_LIMIT = 200_000
+
+# name -> ``fn(*, seed, **options) -> Dataset``; a config's ``data.task``
+# picks one, its options come from the fields of ``data`` with their names.
+TASKS = registry.Registry("task")
 
 
 class Example(NamedTuple):
@@ -358,3 +367,37 @@ def jsonl(path: str, *, question_key: str = "question",
           _with_instruction(_text(record[question_key]), instruction),
           _text(record[answer_key])))
   return examples
+
+
+# ------------------------------------------------------------------ tasks
+
+
+@TASKS.register("arithmetic")
+def arithmetic_task(*, seed: int = 0, digits: int = 1,
+                    ops: Sequence[str] = ("+",), operands: int = 2,
+                    heldout_fraction: float = 0.2) -> ArithmeticTask:
+  """The embedded arithmetic task (`ArithmeticTask`), offline."""
+  return ArithmeticTask(digits=digits, ops=tuple(ops), operands=operands,
+                        seed=seed, heldout_fraction=heldout_fraction)
+
+
+@TASKS.register("gsm8k")
+def gsm8k_task(*, seed: int = 0) -> ListDataset:
+  """GSM8K's train split for training, its test split held out (tfds)."""
+  return ListDataset(gsm8k("train"), gsm8k("test"), seed=seed)
+
+
+@TASKS.register("jsonl")
+def jsonl_task(*, path: str, seed: int = 0, heldout_fraction: float = 0.2
+               ) -> ListDataset:
+  """A JSONL file of question/answer pairs, hash-split (`split_heldout`)."""
+  train, heldout = split_heldout(jsonl(path), fraction=heldout_fraction)
+  return ListDataset(train, heldout, seed=seed)
+
+
+def make_task(data_config, *, seed: int):
+  """The config's task (`TASKS`): ``train(step, batch_size)`` and
+  ``heldout(n)``; its options are the fields of `data_config` it names."""
+  options = TASKS.options(data_config.task, exclude=("seed",))
+  return TASKS.get(data_config.task)(
+      seed=seed, **{name: data_config[name] for name in options})

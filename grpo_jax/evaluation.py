@@ -68,10 +68,8 @@ def evaluate(config, *, checkpoint: Optional[str] = None,
   step = 0
   if checkpoint:
     optimizer = train.make_optimizer(**config.optimizer)
-    template = train.init_state(
-        params, optimizer, seed=config.seed,
-        objective_name=config.objective.name,
-        objective_state_kwargs=dict(config.objective.state))
+    template = train.init_state(params, optimizer, seed=config.seed,
+                                components=train.make_components(config))
     state, metadata = train.restore(checkpoint, template)
     params, step = state.params, metadata["step"]
   examples = rollout.make_task(config.data, seed=config.seed).heldout(

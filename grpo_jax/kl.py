@@ -14,11 +14,13 @@ Each returns [N, T] per-token terms in float32; mask and reduce them with
 `grpo_jax.aggregation.aggregate` and add ``beta * aggregate(kl)`` to the loss.
 """
 
-from typing import Callable, Tuple
-
 import jax.numpy as jnp
 
 from grpo_jax import aggregation
+from grpo_jax import registry
+
+KL_ESTIMATORS = registry.Registry("KL estimator",
+                                  positional=("logp", "ref_logp"))
 
 # exp(20) ~ 4.9e8: large enough for any real log-ratio, small enough that
 # exp never overflows float32 and its gradient stays finite.
@@ -32,6 +34,7 @@ def _log_ratio(logp, ref_logp) -> jnp.ndarray:
           jnp.asarray(logp, jnp.float32))
 
 
+@KL_ESTIMATORS.register()
 def k1(logp, ref_logp) -> jnp.ndarray:
   """k1 = logp - ref_logp, the plain log-ratio.
 
@@ -45,6 +48,7 @@ def k1(logp, ref_logp) -> jnp.ndarray:
   return -_log_ratio(logp, ref_logp)
 
 
+@KL_ESTIMATORS.register()
 def k2(logp, ref_logp) -> jnp.ndarray:
   """k2 = (ref_logp - logp)^2 / 2.
 
@@ -58,6 +62,7 @@ def k2(logp, ref_logp) -> jnp.ndarray:
   return 0.5 * _log_ratio(logp, ref_logp)**2
 
 
+@KL_ESTIMATORS.register()
 def k3(logp, ref_logp) -> jnp.ndarray:
   """k3 = exp(d) - d - 1 with d = ref_logp - logp clamped to [-20, 20].
 
@@ -76,17 +81,5 @@ def k3(logp, ref_logp) -> jnp.ndarray:
   return jnp.expm1(d) - d
 
 
-_ESTIMATORS = {"k1": k1, "k2": k2, "k3": k3}
-
-
-def names() -> Tuple[str, ...]:
-  """The registered KL estimators, sorted."""
-  return tuple(sorted(_ESTIMATORS))
-
-
-def get(name: str) -> Callable[..., jnp.ndarray]:
-  """The estimator registered as `name`: ``fn(logp, ref_logp)``."""
-  if name not in _ESTIMATORS:
-    raise ValueError(
-        f"KL estimator {name!r} is unknown; choose one of {', '.join(names())}.")
-  return _ESTIMATORS[name]
+names = KL_ESTIMATORS.names
+get = KL_ESTIMATORS.get

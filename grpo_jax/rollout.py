@@ -1,25 +1,31 @@
 """One step's batch: sample G completions per prompt, score, advantages, filter.
 
-`generate` turns (params, step, key) into a `Batch` of N = P*G rows, prompt
-major (row ``p*G + g``):
+`from_config` builds a `Rollout` record once: ``init() -> estimator_state``
+and ``generate(params, ref_params, step, key, estimator_state) -> (Batch,
+measurements, estimator_state)``; the caller carries the state. `generate`
+makes a `Batch` of N = P*G rows, prompt major (row ``p*G + g``):
 
 1. prompts: ``task.train(step, P)`` (with dynamic sampling, round r of step s
    reads ``task.train(s * max_rounds + r, P)``), formatted and left-padded to
    a bucket;
 2. completions: `sampling.sample` with ``key = fold_in(fold_in(base, step),
    round)`` (the caller folds in the step);
-3. rewards [P, G, K] from K reward functions (plus DAPO's overlong penalty
-   as one more column), advantages [P, G] via the `advantages` registry;
-4. DAPO dynamic sampling (optional): groups whose rewards are all equal carry
-   no signal; resample up to ``max_rounds`` times to fill P groups with
-   signal; groups still lacking it stay in the batch with an all-zero mask,
-   so shapes (and compiled functions) never change;
-5. truncated completions (optional): their tokens leave the mask, hence the
+3. rewards [P, G, K]: K reward functions, then one column per reward shaper
+   (DAPO's overlong penalty);
+4. DAPO dynamic sampling (optional): a group has signal when its signal
+   reward (``rollout.signal_reward``, by default the verifier's) varies;
+   resample up to ``max_rounds`` times to fill P groups with signal; groups
+   still lacking it stay in the batch as fillers (``GroupData.valid`` False,
+   advantage 0, all-zero mask), so shapes (and compiled functions) never
+   change;
+5. advantages: the estimator record on one `groups.GroupData`;
+6. truncated completions (optional): their tokens leave the mask, hence the
    loss denominator too;
-6. old log-probs recomputed by the trainer's own forward pass
+7. old log-probs recomputed by the trainer's own forward pass
    (`policy_logprobs`, same temperature) when the batch feeds several
    optimiser steps; on policy (one step) the update uses its own log-probs
-   (`Batch.old_logp` is None). Reference log-probs only when beta > 0.
+   (`Batch.old_logp` is None). The sampler's log-probs always travel
+   (`Batch.sampler_logp`). Reference log-probs only when beta > 0.
 
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
@@ -50,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import advantages as advantages_lib
+from grpo_jax import groups as groups_lib
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import rewards as rewards_lib
@@ -70,9 +77,9 @@ class Batch(NamedTuple):
       log-probs, detached, are then the behaviour log-probs (ratio exactly 1,
       one forward pass fewer per step).
     ref_logp: [N, T] float32 reference log-probs, or None when beta == 0.
-    sampler_logp: [N, T] float32 the sampler's tempered log-probs when
-      old_logp is None, so that the update can measure how far the
-      trainer's log-probs are from the sampler's; else None.
+    sampler_logp: [N, T] float32 the sampler's tempered log-probs, on and
+      off policy (mismatch corrections and measurements read them), or None
+      for a batch built without them.
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
@@ -190,40 +197,6 @@ def gather_process_blocks(local: np.ndarray) -> np.ndarray:
       np.asarray(local), tiled=True))
 
 
-# ---------------------------------------------------------------- rewards
-
-
-def combine_advantages(rewards, weights, *, estimator: Callable,
-                       estimator_kwargs: dict, multi_reward_mode: str):
-  """Advantages [P, G] from rewards [P, G, K] and weights [K].
-
-  ``sum_then_normalize`` applies the estimator to sum_k w_k R_k;
-  ``normalize_then_sum`` is GDPO (`advantages.multi_reward`).
-  """
-  rewards = jnp.asarray(rewards, jnp.float32)
-  weights = jnp.asarray(weights, jnp.float32)
-  if multi_reward_mode == "normalize_then_sum" and rewards.shape[-1] > 1:
-    return advantages_lib.multi_reward(
-        rewards, weights, mode=multi_reward_mode,
-        **{k: v for k, v in estimator_kwargs.items() if k in ("eps", "ddof")})
-  combined = (rewards * weights[None, None, :]).sum(axis=-1)
-  return estimator(combined, **estimator_kwargs)
-
-
-def has_signal(rewards, weights, *, multi_reward_mode: str) -> np.ndarray:
-  """[P] True where a group [P, G, K] can get nonzero advantages.
-
-  The weighted sum of its rewards varies within the group
-  (``sum_then_normalize``), or some weighted reward does
-  (``normalize_then_sum``, which normalises each reward on its own). A
-  reward of weight 0 never gives signal.
-  """
-  weighted = np.asarray(rewards) * np.asarray(weights, np.float32)
-  if multi_reward_mode != "normalize_then_sum":
-    weighted = weighted.sum(axis=-1, keepdims=True)
-  return (weighted.max(axis=1) != weighted.min(axis=1)).any(axis=-1)
-
-
 # ------------------------------------------------------------------ rollout
 
 
@@ -237,9 +210,9 @@ class Settings(NamedTuple):
   top_p: float = 1.0
   prompt_buckets: Sequence[int] = (64, 128, 256)
   system_prompt: str = ""
-  reward_weights: Sequence[float] = ()
-  multi_reward_mode: str = "sum_then_normalize"
-  overlong: Optional[tuple] = None  # (max_length, cache_length, weight)
+  reward_weights: Sequence[float] = ()  # the reward functions'
+  shaper_weights: Sequence[float] = ()  # the shapers', in their order
+  signal_reward: str = ""  # dynamic sampling's signal; "": the first reward
   dynamic_sampling: bool = False
   max_rounds: int = 1
   mask_truncated: bool = False
@@ -251,9 +224,8 @@ class Settings(NamedTuple):
 
 def reward_weights(settings: Settings) -> list:
   """[K] weights of the reward columns: the reward functions', then the
-  overlong penalty's when it is on."""
-  overlong = [settings.overlong[2]] if settings.overlong is not None else []
-  return list(settings.reward_weights) + overlong
+  shapers'."""
+  return list(settings.reward_weights) + list(settings.shaper_weights)
 
 
 class _Round(NamedTuple):
@@ -266,7 +238,7 @@ class _Round(NamedTuple):
   tempered_logprobs: np.ndarray  # [P, G, T]
   rewards: np.ndarray  # [P, G, K]
   errors: np.ndarray  # [K] completions whose reward function raised
-  signal: np.ndarray  # [P] groups that can get nonzero advantages
+  signal: np.ndarray  # [P] groups whose signal reward varies
 
 
 def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
@@ -292,11 +264,11 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
                    completion_tokens, completion_mask, loss_mask, advantages,
                    *, model_config, temperature: float, chunk_size: int,
                    logprob_batch_size: int = 0, beta: float = 0.0,
-                   sampler_logp=None) -> Batch:
+                   sampler_logp=None, on_policy: bool = False) -> Batch:
   """Concatenates prompts and completions and adds old (and ref) log-probs.
 
-  Given `sampler_logp` (on policy, see `Batch`) the old log-prob pass is
-  skipped: ``old_logp`` is None and ``sampler_logp`` is carried instead.
+  On policy (see `Batch`) the old log-prob pass is skipped and ``old_logp``
+  is None; `sampler_logp` is carried either way.
 
   Args:
     params: the policy that sampled (its log-probs are old_logp).
@@ -309,7 +281,8 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
     model_config, temperature, chunk_size, logprob_batch_size: see
       `batched_logprobs`.
     beta: KL coefficient; 0 skips the reference forward pass.
-    sampler_logp: [N, T] the sampler's tempered log-probs, on policy only.
+    sampler_logp: [N, T] the sampler's tempered log-probs, or None.
+    on_policy: the batch feeds one optimiser step: no old log-prob pass.
   """
   prompt_tokens = np.asarray(prompt_tokens)
   completion_tokens = np.asarray(completion_tokens)
@@ -328,10 +301,10 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
   logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
                         batch_size=logprob_batch_size)
   old_logp = None
-  if sampler_logp is None:
+  if not on_policy:
     old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,
                                 **logprob_kwargs)
-  else:
+  if sampler_logp is not None:
     sampler_logp = jnp.asarray(sampler_logp, jnp.float32)
   ref_logp = None
   if beta > 0:
@@ -349,7 +322,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
 
 def _sample_round(params, examples, key, *, settings: Settings, model_config,
                   tokenizer, format_prompt, reward_fns, eos_ids, pad_id,
-                  overlong_fn) -> _Round:
+                  shapers, signal_column: int) -> _Round:
   s = settings
   p, g = len(examples), s.num_generations
   prompt_ids = encode_prompts(tokenizer, examples, format_prompt=format_prompt,
@@ -377,11 +350,11 @@ def _sample_round(params, examples, key, *, settings: Settings, model_config,
   rewards = gather_process_blocks(result.per_function)  # [N, K]
   errors = gather_process_blocks(np.asarray(
       [[result.num_errors[name] for name in reward_fns]])).sum(axis=0)
-  if overlong_fn is not None:
-    penalty = np.asarray(overlong_fn(np.asarray(out.lengths)), np.float32)
-    rewards = np.concatenate([rewards, penalty[:, None]], axis=-1)
+  columns = [np.asarray(shaper(np.asarray(out.lengths)), np.float32)[:, None]
+             for shaper in shapers.values()]
+  rewards = np.concatenate([np.asarray(rewards, np.float32)] + columns,
+                           -1).reshape(p, g, -1)
   t = s.max_new_tokens
-  rewards = rewards.reshape(p, g, -1)
   return _Round(
       prompt_ids=prompt_ids,
       tokens=np.asarray(out.tokens).reshape(p, g, t),
@@ -391,8 +364,7 @@ def _sample_round(params, examples, key, *, settings: Settings, model_config,
       tempered_logprobs=np.asarray(out.tempered_logprobs).reshape(p, g, t),
       rewards=rewards,
       errors=errors,
-      signal=has_signal(rewards, reward_weights(s),
-                        multi_reward_mode=s.multi_reward_mode))
+      signal=np.asarray(groups_lib.has_signal(rewards[..., signal_column])))
 
 
 def _select_groups(rounds: Sequence[_Round], num_prompts: int):
@@ -407,11 +379,11 @@ def _select_groups(rounds: Sequence[_Round], num_prompts: int):
   return chosen, filler
 
 
-def generate(params, ref_params, step: int, key, *, settings: Settings,
-             model_config, tokenizer, task, format_prompt: Callable,
-             reward_fns: Mapping[str, Callable], estimator: Callable,
-             estimator_kwargs: dict, eos_ids, pad_id: int,
-             overlong_fn: Optional[Callable] = None):
+def generate(params, ref_params, step: int, key, estimator_state, *,
+             settings: Settings, model_config, tokenizer, task,
+             format_prompt: Callable, reward_fns: Mapping[str, Callable],
+             shapers: Mapping[str, Callable],
+             estimator: advantages_lib.Estimator, eos_ids, pad_id: int):
   """One step's `Batch` and its measurements (see the module docstring).
 
   Args:
@@ -419,33 +391,35 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
     ref_params: the reference params; read only when ``settings.beta > 0``.
     step: the training step (selects the prompts).
     key: this step's key, ``fold_in(base_key, step)``.
+    estimator_state: the estimator's state (``estimator.init()``).
     settings: `Settings`.
     model_config, tokenizer: the model's.
     task: has ``train(index, batch_size) -> list of Example``.
     format_prompt: ``(tokenizer, question, *, system_prompt) -> str``.
-    reward_fns: name -> ``fn(prompts, completions, answers) -> [N]``, K
-      entries in the order of ``settings.reward_weights``.
-    estimator, estimator_kwargs: the advantage estimator over [P, G].
+    reward_fns: name -> ``fn(prompts, completions, answers) -> [N]``, in
+      the order of ``settings.reward_weights``.
+    shapers: name -> ``lengths [N] -> column [N]``, in the order of
+      ``settings.shaper_weights``.
+    estimator: an `advantages.Estimator` record.
     eos_ids, pad_id: end ids and padding id of the tokenizer.
-    overlong_fn: ``lengths [N] -> penalties [N]`` or None.
 
   Returns:
-    (Batch, measurements dict of floats).
+    (Batch, measurements dict of floats, the new estimator state).
   """
   s = settings
   p, g = s.num_prompts, s.num_generations
+  names = list(reward_fns) + list(shapers)  # the K reward columns
   round_fn = functools.partial(
       _sample_round, settings=s, model_config=model_config,
       tokenizer=tokenizer, format_prompt=format_prompt, reward_fns=reward_fns,
-      eos_ids=eos_ids, pad_id=pad_id, overlong_fn=overlong_fn)
+      eos_ids=eos_ids, pad_id=pad_id, shapers=shapers,
+      signal_column=names.index(s.signal_reward or names[0]))
   t0 = time.perf_counter()
   rounds = []
   for r in range(s.max_rounds if s.dynamic_sampling else 1):
     index = step * s.max_rounds + r if s.dynamic_sampling else step
     rounds.append(round_fn(params, task.train(index, p),
                            jax.random.fold_in(key, r)))
-    if not s.dynamic_sampling:
-      break
     if sum(rnd.signal.sum() for rnd in rounds) >= p:
       break
   if s.dynamic_sampling:
@@ -460,17 +434,18 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
       buckets=s.prompt_buckets, pad_id=pad_id)
   t1 = time.perf_counter()
 
-  rewards = pick("rewards")  # [P, G, K]
   weights = reward_weights(s)
-  adv = combine_advantages(rewards, weights, estimator=estimator,
-                           estimator_kwargs=estimator_kwargs,
-                           multi_reward_mode=s.multi_reward_mode)
+  valid = np.arange(p) < len(chosen)  # the rest are fillers
+  group_data = groups_lib.GroupData(
+      rewards=jnp.asarray(pick("rewards"), jnp.float32),  # [P, G, K]
+      weights=jnp.asarray(weights, jnp.float32), valid=jnp.asarray(valid),
+      lengths=jnp.asarray(pick("lengths"), jnp.int32))
+  adv, estimator_state = estimator.estimate(estimator_state, group_data)
+  adv = np.asarray(adv)
   sample_mask = pick("mask")  # [P, G, T]
-  loss_mask = sample_mask.copy()
-  truncated = pick("truncated")
+  loss_mask = sample_mask * valid[:, None, None]
   if s.mask_truncated:
-    loss_mask *= (~truncated)[..., None]
-  loss_mask[len(chosen):] = 0.0  # groups without signal (dynamic sampling)
+    loss_mask *= (~pick("truncated"))[..., None]
 
   n, t = p * g, s.max_new_tokens
   sampler_logp = pick("tempered_logprobs").reshape(n, t)
@@ -480,21 +455,23 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
       loss_mask.reshape(n, t), jnp.asarray(adv).reshape(n),
       model_config=model_config, temperature=s.temperature,
       chunk_size=s.chunk_size, logprob_batch_size=s.logprob_batch_size,
-      beta=s.beta, sampler_logp=sampler_logp if s.on_policy else None)
+      beta=s.beta, sampler_logp=sampler_logp, on_policy=s.on_policy)
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
 
   # Measurements describe the step's plain sample (round 0), so that they
   # compare across configs with and without dynamic sampling.
   first = rounds[0]
-  names = list(reward_fns) + (["overlong"] if s.overlong is not None
-                              else [])
   measurements = {
       "reward/total": float((first.rewards * np.asarray(weights)).sum(-1)
                             .mean()),
-      "advantage/collapse_rate": float(
-          advantages_lib.collapse_rate(first.rewards)),
-      "advantage/abs_mean": float(np.abs(np.asarray(adv)).mean()),
+      # Groups without signal as the estimator sees them: their advantages
+      # are exactly 0.
+      "advantage/collapse_rate": float(groups_lib.collapse_rate(
+          first.rewards, weights, per_reward=estimator.input == "PGK")),
+      # Over the valid groups (fillers' advantages are 0 and do not count).
+      "advantage/abs_mean": float(np.abs(adv).sum()
+                                  / max(valid.sum() * g, 1)),
       "completion_length/mean": float(first.lengths.mean()),
       "completion_length/max": float(first.lengths.max()),
       "truncation_rate": float(first.truncated.mean()),
@@ -515,7 +492,7 @@ def generate(params, ref_params, step: int, key, *, settings: Settings,
                          sample_mask.reshape(n, t)))
   if "accuracy" in names:
     measurements["accuracy"] = measurements["reward/accuracy"]
-  return batch, measurements
+  return batch, measurements, estimator_state
 
 
 # --------------------------------------------------------- from a config
@@ -529,19 +506,22 @@ def tiny_model_config(vocab_size: int) -> models.ModelConfig:
       head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
 
 
-def load_model(name: str, *, seed: int = 0):
-  """(ModelConfig, params, tokenizer) for a config's ``model.name``.
+def _tiny_model(seed: int):
+  """A random tiny model over `testing.tiny_tokenizer`, built in a second."""
+  from grpo_jax import testing  # pylint: disable=g-import-not-at-top
+  tokenizer = testing.tiny_tokenizer()
+  config = tiny_model_config(len(tokenizer))
+  return config, models.init_params(config, jax.random.PRNGKey(seed)), tokenizer
 
-  ``tiny``: a random tiny model over the character tokenizer of
-  `grpo_jax.testing`, built offline in a second.
-  """
-  if name == "tiny":
-    from grpo_jax import testing  # pylint: disable=g-import-not-at-top
-    tokenizer = testing.tiny_tokenizer()
-    config = tiny_model_config(len(tokenizer))
-    params = models.init_params(config, jax.random.PRNGKey(seed))
-    return config, params, tokenizer
-  return models.load(name)
+
+# Models built in code, by name; any other name is a checkpoint (`models.load`).
+_BUILT_IN_MODELS = {"tiny": _tiny_model}
+
+
+def load_model(name: str, *, seed: int = 0):
+  """(ModelConfig, params, tokenizer) for a config's ``model.name``."""
+  build = _BUILT_IN_MODELS.get(name)
+  return build(seed) if build else models.load(name)
 
 
 def eos_and_pad(tokenizer):
@@ -554,33 +534,35 @@ def eos_and_pad(tokenizer):
 
 
 def make_task(data_config, *, seed: int):
-  """The config's task: ``train(step, batch_size)`` and ``heldout(n)``."""
+  """The config's task (`data.TASKS`): ``train(step, batch_size)`` and
+  ``heldout(n)``; its options are the fields of `data_config` it names."""
   from grpo_jax import data  # pylint: disable=g-import-not-at-top
-  if data_config.task == "arithmetic":
-    return data.ArithmeticTask(
-        digits=data_config.digits, ops=tuple(data_config.ops),
-        operands=data_config.operands, seed=seed,
-        heldout_fraction=data_config.heldout_fraction)
-  if data_config.task == "gsm8k":
-    return data.ListDataset(data.gsm8k("train"), data.gsm8k("test"),
-                            seed=seed)
-  train, heldout = data.split_heldout(
-      data.jsonl(data_config.path),
-      fraction=data_config.heldout_fraction)
-  return data.ListDataset(train, heldout, seed=seed)
+  options = data.TASKS.options(data_config.task, exclude=("seed",))
+  return data.TASKS.get(data_config.task)(
+      seed=seed, **{name: data_config[name] for name in options})
 
 
 def is_on_policy(config) -> bool:
   """Whether each rollout batch feeds exactly one optimiser step (one
   iteration, one minibatch), so its behaviour log-probs are the update's own
   and the old log-prob pass can be skipped (`Batch`)."""
-  rows = config.rollout.num_prompts * config.rollout.num_generations
   return (config.train.num_iterations == 1
-          and config.train.minibatch_size in (0, rows))
+          and config.train.num_minibatches == 1)
 
 
-def from_config(config, model_config, tokenizer) -> Callable:
-  """``rollout(params, ref_params, step, key) -> (Batch, measurements)``."""
+class Rollout(NamedTuple):
+  """The rollout stage with everything bound (`from_config`)."""
+  init: Callable[[], object]  # () -> estimator_state
+  # (params, ref_params, step, key, estimator_state)
+  #   -> (Batch, measurements, estimator_state)
+  generate: Callable
+
+
+def from_config(config, model_config, tokenizer, *,
+                estimator: Optional[advantages_lib.Estimator] = None
+                ) -> Rollout:
+  """The `Rollout` of `config` (with `estimator`, default the config's);
+  nothing reads the config afterwards."""
   from grpo_jax import data  # pylint: disable=g-import-not-at-top
   r = config.rollout
   o = config.rewards.overlong
@@ -596,26 +578,26 @@ def from_config(config, model_config, tokenizer) -> Callable:
       prompt_buckets=tuple(config.data.prompt_buckets),
       system_prompt=config.data.system_prompt,
       reward_weights=tuple(config.rewards.weights),
-      multi_reward_mode=config.rewards.multi_reward_mode,
-      overlong=(o.max_length, o.cache_length, o.weight) if o.enabled else None,
+      shaper_weights=(o.weight,) if o.enabled else (),
+      signal_reward=r.signal_reward,
       dynamic_sampling=r.dynamic_sampling, max_rounds=r.max_rounds,
       mask_truncated=r.mask_truncated, beta=float(config.kl.beta),
       chunk_size=config.train.chunk_size,
       logprob_batch_size=config.train.logprob_batch_size,
       on_policy=is_on_policy(config))
-  overlong_fn = None
+  shapers = {}
   if o.enabled:
-    overlong_fn = functools.partial(rewards_lib.overlong_penalty,
-                                    max_length=o.max_length,
-                                    cache_length=o.cache_length)
+    shapers["overlong"] = rewards_lib.make_shaper(
+        "overlong", max_length=o.max_length, cache_length=o.cache_length)
+  if estimator is None:
+    estimator = advantages_lib.make(config.advantage.name,
+                                    **config.advantage.kwargs)
   eos_ids, pad_id = eos_and_pad(tokenizer)
-  return functools.partial(
+  return Rollout(init=estimator.init, generate=functools.partial(
       generate, settings=settings, model_config=model_config,
       tokenizer=tokenizer, task=make_task(config.data, seed=config.seed),
       format_prompt=data.format_prompt,
       reward_fns={name: rewards_lib.get(name)
                   for name in config.rewards.functions},
-      estimator=advantages_lib.get(config.advantage.name),
-      estimator_kwargs=dict(config.advantage.kwargs),
-      eos_ids=eos_ids, pad_id=pad_id, overlong_fn=overlong_fn)
+      shapers=shapers, estimator=estimator, eos_ids=eos_ids, pad_id=pad_id))
 

@@ -34,6 +34,7 @@ import re
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -416,3 +417,30 @@ def process_rows(total: int, *, process_index: Optional[int] = None,
 def is_main_process() -> bool:
   """True on process 0, the one that writes metrics and logs."""
   return jax.process_index() == 0
+
+
+def to_host(tree):
+  """Numpy copies of `tree`'s arrays, whole on every process.
+
+  An array whose shards other processes hold (not fully addressable, not
+  replicated) is gathered with ``process_allgather``; every process must
+  call this together. Other leaves are copied locally.
+  """
+  def one(x):
+    if (isinstance(x, jax.Array) and not x.is_fully_addressable
+        and not x.is_fully_replicated):
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+  return jax.tree.map(one, tree)
+
+
+def gather_process_blocks(local: np.ndarray) -> np.ndarray:
+  """Every process's block of rows, concatenated in process order.
+
+  [R, ...] on each of n processes -> [n*R, ...] on every process (the
+  inverse of `process_rows`); the block itself on one process.
+  """
+  if jax.process_count() == 1:
+    return np.asarray(local)
+  return np.asarray(multihost_utils.process_allgather(
+      np.asarray(local), tiled=True))

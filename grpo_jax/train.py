@@ -11,34 +11,41 @@ One step (see DESIGN.md, "One training step, as data"):
    minibatch is one call of the jitted `update_fn`, i.e. one optimiser step.
 3. Inside `update_fn` the minibatch is split into microbatches and the
    gradient accumulated with ``lax.scan``. Every microbatch's loss is its
-   ``aux.loss_sum`` divided by the loss count of the WHOLE minibatch (and the
-   KL term likewise), so the accumulated gradient is the one-shot gradient
-   whatever the microbatch size.
-4. A non-finite loss or gradient leaves params, optimiser state and
-   objective state unchanged and is counted in ``skipped_updates``.
+   ``aux.loss_sum`` divided by the objective's count of the WHOLE minibatch
+   (each regulariser's likewise), so the accumulated gradient is the one-shot
+   gradient whatever the microbatch size; measurements are `measures`
+   records, merged exactly over microbatches and minibatches.
+4. A non-finite loss or gradient, or a minibatch without loss tokens, leaves
+   params, optimiser state and component states unchanged and is counted in
+   ``skipped_updates``.
+
+Every component (objective, regularisers, advantage estimator) is a record
+built once in `build`; its state lives in ``TrainState.states`` under its
+name, stateless ones holding ``()``, and is checkpointed with the rest.
 
 Everything random derives from (seed, step): the data of step s is
 ``task.train(s, P)`` and its sampling key ``fold_in(key, s)``, so a run resumed
 from a checkpoint continues exactly as an uninterrupted one.
 """
 
-import inspect
 import logging
 import os
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grpo_jax import aggregation as agg
+from grpo_jax import advantages
 from grpo_jax import checkpoint as checkpoint_lib
-from grpo_jax import kl as kl_lib
+from grpo_jax import config as config_lib
+from grpo_jax import measures
 from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
+from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sharding
 
@@ -51,14 +58,15 @@ class TrainState(NamedTuple):
     opt_state: the optax state.
     step: [] int32, training steps (rollouts) completed.
     key: the run's base PRNG key; step s samples with ``fold_in(key, s)``.
-    objective_state: a stateful objective's state (R2VPO's dual variable),
-      else ().
+    states: every component's state by name (``objective``, ``kl``, ...):
+      R2VPO's dual variable, an estimator's running statistics; ``()`` for
+      a stateless one.
   """
   params: Any
   opt_state: Any
   step: jnp.ndarray
   key: jnp.ndarray
-  objective_state: Any
+  states: Mapping[str, Any]
 
 
 # ------------------------------------------------------------- optimiser
@@ -99,7 +107,7 @@ def make_schedule(*, learning_rate: float, warmup_steps: int, decay: str,
 def make_optimizer(*, learning_rate: float, warmup_steps: int = 0,
                    decay: str = "constant", total_steps: int = 1,
                    final_lr_fraction: float = 0.1, weight_decay: float = 0.0,
-                   b1: float = 0.9, b2: float = 0.99, eps: float = 1e-8,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    max_grad_norm: float = 1.0
                    ) -> optax.GradientTransformation:
   """Global-norm clipping, then AdamW on the warmup + decay schedule.
@@ -127,227 +135,193 @@ policy_logprobs = rollout_lib.policy_logprobs
 # ------------------------------------------------------------- the update
 
 
-def _takes(fn: Callable, name: str) -> bool:
-  return name in inspect.signature(fn).parameters
-
-
-def objective_call_kwargs(objective_name: str, objective_kwargs: dict, *,
-                          aggregation: str, horizon: Optional[int]) -> dict:
-  """Keyword arguments for the objective: its hparams, plus aggregation and
-  horizon when it takes them (sequence-level objectives do not)."""
-  fn = objectives.get(objective_name)
-  kwargs = dict(objective_kwargs)
-  if _takes(fn, "aggregation"):
-    kwargs["aggregation"] = aggregation
-  if _takes(fn, "horizon"):
-    kwargs["horizon"] = horizon
-  return kwargs
-
-
-def kl_aggregation(objective_name: str, aggregation: str) -> str:
-  """The KL term uses the objective's aggregation; sequence-level objectives
-  (which have none) use ``seq_mean_token_mean``, their per-sequence mean."""
-  if objectives.is_sequence_level(objective_name):
-    return "seq_mean_token_mean"
-  return aggregation
-
-
-def _split(batch, num_micro: int):
-  """[M, ...] leaves -> [num_micro, M / num_micro, ...]."""
+def split_microbatches(batch, microbatch_size: int):
+  """[M, ...] leaves -> [M / microbatch_size, microbatch_size, ...]."""
+  rows = batch.tokens.shape[0]
+  size = microbatch_size or rows
+  if rows % size:
+    raise ValueError(
+        f"microbatch_size={size} must divide the minibatch of {rows} rows.")
   return jax.tree.map(
-      lambda x: x.reshape((num_micro, x.shape[0] // num_micro) + x.shape[1:]),
-      batch)
+      lambda x: x.reshape((rows // size, size) + x.shape[1:]), batch)
 
 
-def _safe_divide(total, count):
-  return jnp.where(count > 0, total / jnp.maximum(count, 1e-12), 0.0)
+def accumulate_gradients(grad_fn: Callable, params, micro_batches):
+  """Sums ``grad_fn(params, micro) -> ((loss, records), grads)`` over the
+  leading axis of `micro_batches` with ``lax.scan``.
+
+  Returns (grads, summed loss, records merged over microbatches).
+  """
+  def one(grads, micro):
+    (loss, records), g = grad_fn(params, micro)
+    return jax.tree.map(jnp.add, grads, g), (loss, records)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  grads, (losses, stacked) = jax.lax.scan(one, zeros, micro_batches)
+  return grads, losses.sum(), measures.merge_stacked(stacked)
 
 
-class _MicroStats(NamedTuple):
-  """Sums over microbatches, turned into measurements at the end."""
-  loss: jnp.ndarray
-  tokens: jnp.ndarray
-  ratio_mean: jnp.ndarray  # token-weighted sums
-  ratio_var: jnp.ndarray
-  clip_fraction: jnp.ndarray
-  approx_kl: jnp.ndarray
-  entropy: jnp.ndarray  # sum over tokens
-  ratio_max: jnp.ndarray
-  ratio_min: jnp.ndarray
-  kl: jnp.ndarray  # sum over microbatches of kl sums
-  sampler_mismatch: jnp.ndarray  # max |logp - sampler_logp|
+def state_measures(name: str, state) -> dict:
+  """`Mean` records of a component state's scalar leaves (``objective/lam``)."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    if jnp.ndim(leaf) == 0:
+      key = jax.tree_util.keystr(path, simple=True, separator="/")
+      out[f"{name}/{key}"] = measures.Mean.scalar(leaf)
+  return out
+
+
+class LossFunctions(NamedTuple):
+  """What one minibatch's gradient needs (`make_loss_functions`).
+
+  Attributes:
+    loss: ``loss(params, micro, states, counts, batch_stats) -> (loss,
+      records)`` of one microbatch, divided by the minibatch's `counts`.
+    counts: ``counts(mask) -> dict``: the objective's and each
+      regulariser's denominator over the whole minibatch.
+    pre_pass: None, or ``pre_pass(params, micro) -> records`` of the
+      objective's minibatch statistics.
+  """
+  loss: Callable
+  counts: Callable
+  pre_pass: Optional[Callable]
+
+
+def make_loss_functions(*, model_config: models.ModelConfig,
+                        objective: objectives.Objective,
+                        regularisers: Sequence[
+                            regularisers_lib.Regulariser] = (),
+                        temperature: float = 1.0,
+                        chunk_size: int = 4096) -> LossFunctions:
+  """The objective plus regularisers on the policy's log-probs.
+
+  Args:
+    model_config: the policy's `models.ModelConfig`.
+    objective: an `objectives.make(...)` record.
+    regularisers: `regularisers.make(...)` records (KL when beta > 0).
+    temperature: the sampling temperature (for `policy_logprobs`).
+    chunk_size: rows x columns per chunk of the log-prob computation.
+  """
+  def forward(params, micro):
+    start = micro.tokens.shape[1] - micro.completion_mask.shape[1]
+    return policy_logprobs(params, model_config, micro.tokens,
+                           micro.input_mask, start, temperature=temperature,
+                           chunk_size=chunk_size)
+
+  def behaviour(micro, logp):
+    # On policy (no old_logp) the behaviour log-probs are these, detached.
+    return (jax.lax.stop_gradient(logp) if micro.old_logp is None
+            else micro.old_logp)
+
+  def pre_pass(params, micro):
+    logp = jax.lax.stop_gradient(forward(params, micro)[0])
+    return objective.prepass(logp, behaviour(micro, logp), micro.advantages,
+                             micro.completion_mask)
+
+  def loss_fn(params, micro, states, counts, batch_stats):
+    logp, entropy = forward(params, micro)
+    mask = micro.completion_mask
+    reads = lambda names: {k: getattr(micro, k) for k in names}
+    _, aux = objective.loss(states["objective"], logp, behaviour(micro, logp),
+                            micro.advantages, mask, batch_stats=batch_stats,
+                            **reads(objective.reads))
+    loss = _safe_divide(aux.loss_sum, counts["objective"])
+    records = dict(aux.measures(), entropy=measures.Mean.of(
+        jax.lax.stop_gradient(entropy), mask))
+    for reg in regularisers:
+      sc, reg_records = reg.loss(states[reg.name], logp, mask,
+                                 **reads(reg.reads))
+      loss += _safe_divide(sc.total, counts[reg.name])
+      records.update(measures.stop_gradient(reg_records))
+    if micro.old_logp is None:
+      # On policy the sampler's log-probs came from these params: measure
+      # the gap over every sampled token, not only the loss's. (Off policy
+      # the rollout measures it, before the params move.)
+      sampled = micro.input_mask[:, -mask.shape[1]:]
+      records["logprob/sampler_trainer_max_abs_diff"] = measures.Max.of(
+          jnp.abs(jax.lax.stop_gradient(logp) - micro.sampler_logp), sampled)
+    return loss, records
+
+  def counts(mask):
+    return {"objective": objective.count(mask),
+            **{reg.name: reg.count(mask) for reg in regularisers}}
+
+  return LossFunctions(loss_fn, counts,
+                       None if objective.prepass is None else pre_pass)
+
+
+def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
+                       *, microbatch_size: int = 0):
+  """(grads, loss, records) of one minibatch: the pre-pass statistics over
+  all its rows, then the gradient accumulated over microbatches, each
+  microbatch's loss divided by the whole minibatch's counts, so the result
+  does not depend on `microbatch_size`."""
+  micro_batches = split_microbatches(batch, microbatch_size)
+  counts = loss_functions.counts(batch.completion_mask)
+  batch_stats = None
+  if loss_functions.pre_pass is not None:
+    batch_stats = measures.merge_stacked(jax.lax.map(
+        lambda micro: loss_functions.pre_pass(params, micro), micro_batches))
+  grad_fn = jax.value_and_grad(
+      lambda p, micro: loss_functions.loss(p, micro, states, counts,
+                                           batch_stats), has_aux=True)
+  return accumulate_gradients(grad_fn, params, micro_batches)
 
 
 def make_update_fn(*, model_config: models.ModelConfig,
                    optimizer: optax.GradientTransformation,
-                   objective_name: str, objective_kwargs: dict,
-                   aggregation: str, horizon: Optional[int] = None,
-                   objective_state_kwargs: Optional[dict] = None,
-                   beta: float = 0.0, kl_estimator: str = "k3",
+                   objective: objectives.Objective,
+                   regularisers: Sequence[regularisers_lib.Regulariser] = (),
                    temperature: float = 1.0, microbatch_size: int = 0,
                    chunk_size: int = 4096, jit: bool = True) -> Callable:
-  """Builds ``update_fn(state, batch) -> (state, measurements)``.
+  """Builds ``update_fn(state, batch) -> (state, records)``: one optimiser
+  step on one minibatch (`rollout.Batch` of M rows).
 
-  One call is one optimiser step on one minibatch (`rollout.Batch` of M
-  rows). The gradient is accumulated over M / microbatch_size microbatches;
-  each microbatch contributes ``aux.loss_sum / C + beta * kl_sum / C_kl`` with
-  C, C_kl the counts of the whole minibatch, so the result does not depend on
-  the microbatch size. Non-finite loss or gradients skip the update.
-
-  Args:
-    model_config: the policy's `models.ModelConfig`.
-    optimizer: e.g. `make_optimizer(...)`.
-    objective_name: a name of `objectives.names()`.
-    objective_kwargs: its hyperparameters (not aggregation / horizon).
-    aggregation, horizon: the loss aggregation (ignored by sequence-level
-      objectives).
-    objective_state_kwargs: options of a stateful objective's update (e.g.
-      R2VPO's ``eta``).
-    beta: KL coefficient; 0 means `batch.ref_logp` is never read.
-    kl_estimator: ``k1``, ``k2`` or ``k3``.
-    temperature: the sampling temperature (for `policy_logprobs`).
-    microbatch_size: rows per accumulation step; 0 = the whole minibatch.
-    chunk_size: positions (of N*T) per chunk of the log-prob computation.
-    jit: jit with the state donated (False for debugging).
+  The gradient is `minibatch_gradient`'s. Non-finite loss or gradients, or
+  a minibatch without loss tokens, leave the state unchanged and count as
+  a skipped update. `records` are `measures` records, merged exactly by the
+  caller across minibatches. Arguments: see `make_loss_functions`, and
+  `microbatch_size` rows per accumulation step (0: the whole minibatch),
+  `jit` to jit with the state donated (False for `sharding.jit_sharded`).
   """
-  objective = objectives.get(objective_name)
-  call_kwargs = objective_call_kwargs(
-      objective_name, objective_kwargs, aggregation=aggregation,
-      horizon=horizon)
-  stateful = objectives.stateful(objective_name)
-  state_options = dict(objective_state_kwargs or {})
-  kl_mode = kl_aggregation(objective_name, aggregation)
-  kl_fn = kl_lib.get(kl_estimator) if beta > 0 else None
-
-  def loss_kwargs(objective_state):
-    if stateful is None:
-      return call_kwargs
-    return dict(call_kwargs, **stateful.state_kwargs(objective_state))
-
-  def micro_loss(params, micro, counts, objective_state):
-    completion_start = micro.tokens.shape[1] - micro.completion_mask.shape[1]
-    logp, entropy = policy_logprobs(
-        params, model_config, micro.tokens, micro.input_mask,
-        completion_start, temperature=temperature, chunk_size=chunk_size)
-    # On policy (no old_logp) the behaviour log-probs are these, detached.
-    old_logp = (jax.lax.stop_gradient(logp) if micro.old_logp is None
-                else micro.old_logp)
-    _, aux = objective(logp, old_logp, micro.advantages,
-                       micro.completion_mask, **loss_kwargs(objective_state))
-    loss = _safe_divide(aux.loss_sum, counts[0])
-    kl_sum = jnp.zeros((), jnp.float32)
-    if kl_fn is not None:
-      kl_values = kl_fn(logp, micro.ref_logp)
-      kl_sc = agg.sum_and_count(kl_values, micro.completion_mask, kl_mode,
-                                horizon=horizon)
-      kl_sum = kl_sc.total
-      loss = loss + beta * _safe_divide(kl_sc.total, counts[1])
-    mismatch = jnp.zeros((), jnp.float32)
-    if micro.sampler_logp is not None:
-      # Over every sampled token (the loss mask may drop some).
-      mismatch = rollout_lib.sampler_mismatch(
-          jax.lax.stop_gradient(logp), micro.sampler_logp,
-          micro.input_mask[:, completion_start:])
-    return loss, (aux, entropy, kl_sum, mismatch)
-
-  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+  loss_functions = make_loss_functions(
+      model_config=model_config, objective=objective,
+      regularisers=regularisers, temperature=temperature,
+      chunk_size=chunk_size)
 
   def update_fn(state: TrainState, batch):
-    rows = batch.tokens.shape[0]
-    micro_rows = microbatch_size or rows
-    if rows % micro_rows:
-      raise ValueError(
-          f"microbatch_size={micro_rows} must divide the minibatch of {rows} "
-          "rows.")
-    mask = batch.completion_mask
-    # The denominators of the whole minibatch, known before any microbatch:
-    # the objective evaluated at ratio 1 has the same count.
-    at_one = jnp.zeros_like(mask)  # any log-probs: only the count is used
-    _, aux_at_one = objective(at_one, at_one, batch.advantages, mask,
-                              **loss_kwargs(state.objective_state))
-    kl_count = agg.sum_and_count(jnp.zeros_like(mask), mask, kl_mode,
-                                 horizon=horizon).count
-    counts = (aux_at_one.loss_count, kl_count)
-
-    def accumulate(carry, micro):
-      grads, stats = carry
-      (loss, (aux, entropy, kl_sum, mismatch)), g = grad_fn(
-          state.params, micro, counts, state.objective_state)
-      tokens = micro.completion_mask.sum()
-      stats = _MicroStats(
-          loss=stats.loss + loss,
-          tokens=stats.tokens + tokens,
-          ratio_mean=stats.ratio_mean + aux.ratio_mean * tokens,
-          ratio_var=stats.ratio_var + aux.ratio_var * tokens,
-          clip_fraction=stats.clip_fraction + aux.clip_fraction * tokens,
-          approx_kl=stats.approx_kl + aux.approx_kl * tokens,
-          entropy=stats.entropy + (entropy * micro.completion_mask).sum(),
-          ratio_max=jnp.maximum(stats.ratio_max, jnp.where(
-              tokens > 0, aux.ratio_max, -jnp.inf)),
-          ratio_min=jnp.minimum(stats.ratio_min, jnp.where(
-              tokens > 0, aux.ratio_min, jnp.inf)),
-          kl=stats.kl + kl_sum,
-          sampler_mismatch=jnp.maximum(stats.sampler_mismatch, mismatch))
-      return (jax.tree.map(jnp.add, grads, g), stats), None
-
-    zero = jnp.zeros((), jnp.float32)
-    init_stats = _MicroStats(zero, zero, zero, zero, zero, zero, zero,
-                             jnp.asarray(-jnp.inf), jnp.asarray(jnp.inf), zero,
-                             zero)
-    zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-    (grads, stats), _ = jax.lax.scan(
-        accumulate, (zero_grads, init_stats),
-        _split(batch, rows // micro_rows))
-
+    grads, loss, records = minibatch_gradient(
+        loss_functions, state.params, state.states, batch,
+        microbatch_size=microbatch_size)
     grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(stats.loss) & jnp.isfinite(grad_norm)
-    updates, new_opt_state = optimizer.update(
-        grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
-    tokens = stats.tokens
-    per_token = lambda x: _safe_divide(x, tokens)
-    new_objective_state = state.objective_state
-    if stateful is not None:
-      combined_aux = aux_at_one._replace(ratio_var=per_token(stats.ratio_var))
-      new_objective_state = stateful.update(
-          state.objective_state, combined_aux, **objective_kwargs,
-          **state_options)
+    empty = jnp.sum(batch.completion_mask) == 0
+    apply = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & ~empty
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    states = dict(state.states, objective=objective.update(
+        state.states["objective"], records))
     keep = lambda new, old: jax.tree.map(
-        lambda a, b: jnp.where(finite, a, b), new, old)
+        lambda a, b: jnp.where(apply, a, b), new, old)
     new_state = state._replace(
-        params=keep(new_params, state.params),
-        opt_state=keep(new_opt_state, state.opt_state),
-        objective_state=keep(new_objective_state, state.objective_state))
-
-    measurements = {
-        "loss": stats.loss,
-        "grad_norm": grad_norm,
-        # The rate this update used (inject_hyperparams stores it in the
-        # new state).
-        "learning_rate": current_learning_rate(new_opt_state),
-        "skipped_updates": 1.0 - finite.astype(jnp.float32),
-        "ratio_mean": per_token(stats.ratio_mean),
-        "ratio_var": per_token(stats.ratio_var),
-        "ratio_max": jnp.where(tokens > 0, stats.ratio_max, 0.0),
-        "ratio_min": jnp.where(tokens > 0, stats.ratio_min, 0.0),
-        "clip_fraction": per_token(stats.clip_fraction),
-        "approx_kl": per_token(stats.approx_kl),
-        "entropy": per_token(stats.entropy),
-    }
-    if kl_fn is not None:
-      measurements["kl"] = _safe_divide(stats.kl, kl_count)
-    if batch.sampler_logp is not None:
-      measurements["logprob/sampler_trainer_max_abs_diff"] = (
-          stats.sampler_mismatch)
-    if stateful is not None:
-      for name, value in stateful.state_kwargs(
-          new_state.objective_state).items():
-        measurements[f"objective/{name}"] = value
-    return new_state, measurements
+        params=keep(optax.apply_updates(state.params, updates), state.params),
+        opt_state=keep(opt_state, state.opt_state),
+        states=keep(states, state.states))
+    count = lambda flag: measures.Sum(flag.astype(jnp.float32))
+    records.update(
+        loss=measures.Mean.scalar(loss),
+        grad_norm=measures.Mean.scalar(grad_norm),
+        # The rate this update used (inject_hyperparams keeps it in state).
+        learning_rate=measures.Mean.scalar(current_learning_rate(opt_state)),
+        skipped_updates=count(~apply), empty_minibatches=count(empty),
+        optimizer_steps=count(jnp.ones((), bool)),
+        **state_measures("objective", new_state.states["objective"]))
+    return new_state, records
 
   if not jit:
     return update_fn
   return jax.jit(update_fn, donate_argnums=(0,))
+
+
+def _safe_divide(total, count):
+  return jnp.where(count > 0, total / jnp.maximum(count, 1e-12), 0.0)
 
 
 def current_learning_rate(opt_state) -> jnp.ndarray:
@@ -360,53 +334,24 @@ def current_learning_rate(opt_state) -> jnp.ndarray:
   return jnp.asarray(jnp.nan, jnp.float32)
 
 
-def init_objective_state(objective_name: str, state_options: dict):
-  """A stateful objective's initial state (R2VPO: lam0), else ()."""
-  stateful = objectives.stateful(objective_name)
-  if stateful is None:
-    return ()
-  init_kwargs = {k: v for k, v in state_options.items()
-                 if _takes(stateful.init, k)}
-  return stateful.init(**init_kwargs)
-
-
-def init_state(params, optimizer, *, seed: int, objective_name: str,
-               objective_state_kwargs: Optional[dict] = None) -> TrainState:
-  """Step 0: the model's params, a fresh optimiser state, key from seed."""
+def init_state(params, optimizer, *, seed: int,
+               components: Mapping[str, Any]) -> TrainState:
+  """Step 0: the model's params, a fresh optimiser state, key from seed,
+  and every component's initial state (``components``: name -> record
+  with ``init()``; ``objective`` required)."""
   return TrainState(
       params=params,
       opt_state=optimizer.init(params),
       step=jnp.zeros((), jnp.int32),
       key=jax.random.PRNGKey(seed),
-      objective_state=init_objective_state(
-          objective_name, dict(objective_state_kwargs or {})))
+      states={name: c.init() for name, c in components.items()})
 
 
-def minibatches(batch, minibatch_size: int):
-  """Consecutive row slices of `batch` of `minibatch_size` rows (0: all)."""
-  rows = batch.tokens.shape[0]
-  size = minibatch_size or rows
-  return [jax.tree.map(lambda x, i=i: x[i:i + size], batch)
-          for i in range(0, rows, size)]
-
-
-def combine_update_measurements(all_measurements) -> dict:
-  """Averages the optimiser steps' measurements of one training step;
-  skipped updates add up, ratio extremes take the extreme."""
-  all_measurements = jax.device_get(all_measurements)
-  out = {}
-  for name in all_measurements[0]:
-    values = np.asarray([m[name] for m in all_measurements], np.float64)
-    if name == "skipped_updates":
-      out[name] = values.sum()
-    elif name in ("ratio_max", "logprob/sampler_trainer_max_abs_diff"):
-      out[name] = values.max()
-    elif name == "ratio_min":
-      out[name] = values.min()
-    else:
-      out[name] = values.mean()
-  out["optimizer_steps"] = float(len(all_measurements))
-  return out
+def minibatches(batch, num_minibatches: int):
+  """`num_minibatches` consecutive row slices of `batch` of equal size."""
+  size = batch.tokens.shape[0] // num_minibatches
+  return [jax.tree.map(lambda x, i=i: x[i * size:(i + 1) * size], batch)
+          for i in range(num_minibatches)]
 
 
 # ---------------------------------------------------------------- the loop
@@ -420,14 +365,33 @@ class Run(NamedTuple):
   state: TrainState
   ref_params: Any
   update_fn: Callable
-  rollout_fn: Callable  # (params, ref_params, step, key) -> (batch, measures)
+  # (params, ref_params, step, key, estimator_state)
+  #   -> (batch, measurements, estimator_state)
+  rollout_fn: Callable
   mesh: jax.sharding.Mesh  # sampling, log-probs and the update run on it.
 
 
 def total_optimizer_steps(config) -> int:
-  rows = config.rollout.num_prompts * config.rollout.num_generations
-  per_step = rows // (config.train.minibatch_size or rows)
-  return config.train.num_steps * config.train.num_iterations * per_step
+  return (config.train.num_steps * config.train.num_iterations
+          * config.train.num_minibatches)
+
+
+def make_components(config) -> dict:
+  """Every stateful-or-not component of a config, built once, by the name
+  its state has in ``TrainState.states``: ``advantage`` (the estimator),
+  ``objective`` and each regulariser (``kl`` when ``kl.beta > 0``,
+  aggregated like the objective)."""
+  objective = objectives.make(config.objective.name,
+                              **config.objective.kwargs)
+  components = {
+      "advantage": advantages.make(config.advantage.name,
+                                   **config.advantage.kwargs),
+      "objective": objective}
+  if config.kl.beta > 0:
+    components["kl"] = regularisers_lib.make(
+        "kl", beta=float(config.kl.beta), estimator=config.kl.estimator,
+        aggregation=objective.aggregation, horizon=objective.horizon)
+  return components
 
 
 def build(config) -> Run:
@@ -436,44 +400,37 @@ def build(config) -> Run:
   The reference params are a copy of the initial params and exist only when
   ``kl.beta > 0``.
   """
-  from configs import common  # pylint: disable=g-import-not-at-top
-  common.validate(config)
+  config_lib.validate(config)
   model_config, params, tokenizer = rollout_lib.load_model(
       config.model.name, seed=config.seed)
   optimizer = make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
-  objective_kwargs = dict(config.objective.kwargs)
-  state_options = dict(config.objective.state)
+  components = make_components(config)
+  objective = components["objective"]
+  regularisers = [c for name, c in components.items()
+                  if isinstance(c, regularisers_lib.Regulariser)]
   state = init_state(params, optimizer, seed=config.seed,
-                     objective_name=config.objective.name,
-                     objective_state_kwargs=state_options)
-  beta = float(config.kl.beta)
+                     components=components)
   # A distinct copy: update_fn donates the state's buffers.
-  ref_params = jax.tree.map(jnp.copy, params) if beta > 0 else None
+  ref_params = jax.tree.map(jnp.copy, params) if regularisers else None
   # Params, optimiser state and reference params laid out on the mesh.
   mesh = sharding.mesh_from_config(config.mesh)
   sharding.check_rows(
-      config.train.minibatch_size or
-      config.rollout.num_prompts * config.rollout.num_generations, mesh,
-      name="train.minibatch_size")
+      config.rollout.num_prompts * config.rollout.num_generations
+      // config.train.num_minibatches, mesh, name="train.num_minibatches")
   state = sharding.shard_tree(state, state.params, mesh)
   if ref_params is not None:
     ref_params = sharding.shard_params(ref_params, mesh)
-  horizon = config.objective.horizon or None
   update_fn = make_update_fn(
-      model_config=model_config, optimizer=optimizer,
-      objective_name=config.objective.name,
-      objective_kwargs=objective_kwargs,
-      aggregation=config.objective.aggregation, horizon=horizon,
-      objective_state_kwargs=state_options, beta=beta,
-      kl_estimator=config.kl.estimator,
-      temperature=config.rollout.temperature,
+      model_config=model_config, optimizer=optimizer, objective=objective,
+      regularisers=regularisers, temperature=config.rollout.temperature,
       microbatch_size=config.train.microbatch_size,
       chunk_size=config.train.chunk_size, jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh)
-  rollout_fn = rollout_lib.from_config(config, model_config, tokenizer)
+  stage = rollout_lib.from_config(config, model_config, tokenizer,
+                                  estimator=components["advantage"])
   return Run(config, model_config, tokenizer, state, ref_params, update_fn,
-             rollout_fn, mesh)
+             stage.generate, mesh)
 
 
 def train_step(run: Run, state: TrainState, step: int):
@@ -486,15 +443,20 @@ def train_step(run: Run, state: TrainState, step: int):
   # Under the mesh the sampler and the log-prob passes split their rows
   # over ('data', 'fsdp') like the update (see `sharding.constrain`).
   with jax.set_mesh(run.mesh):
-    batch, measurements = run.rollout_fn(state.params, run.ref_params, step,
-                                         jax.random.fold_in(state.key, step))
+    batch, measurements, estimator_state = run.rollout_fn(
+        state.params, run.ref_params, step,
+        jax.random.fold_in(state.key, step), state.states["advantage"])
+  state = state._replace(states=dict(state.states,
+                                     advantage=estimator_state))
   t1 = time.perf_counter()
-  update_measurements = []
+  records = []
   for _ in range(c.train.num_iterations):
-    for minibatch in minibatches(batch, c.train.minibatch_size):
-      state, m = run.update_fn(state, minibatch)
-      update_measurements.append(m)
-  measurements.update(combine_update_measurements(update_measurements))
+    for minibatch in minibatches(batch, c.train.num_minibatches):
+      state, r = run.update_fn(state, minibatch)
+      records.append(r)
+  measurements.update(
+      (name, float(value)) for name, value in
+      measures.values(measures.merge_all(jax.device_get(records))).items())
   jax.block_until_ready(state.params)
   t2 = time.perf_counter()
   # Placed like the old count: replicated over the mesh, so that every

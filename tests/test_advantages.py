@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
+from grpo_jax import groups
 from grpo_jax import testing
 
 # One group with signal, one without.
@@ -166,6 +167,121 @@ def test_collapse_rate_needs_every_reward_constant():
   testing.assert_close(advantages.collapse_rate(rewards), np.float32(0.5))
 
 
+# [P=3, G=2, K=2]: group 0 varies only in its second reward, group 1's rewards
+# vary but their sum does not, group 2's sum varies.
+SIGNAL_REWARDS = np.array([[[0, 1], [0, 0]], [[1, 0], [0, 1]],
+                           [[1, 1], [0, 0]]], np.float32)
+
+
+def test_collapse_rate_reads_the_weights():
+  """A reward of weight 0 gives no signal: group 0 gets exactly zero
+  advantages from every estimator, so it counts as collapsed."""
+  weights = np.array([1.0, 0.0], np.float32)
+  for per_reward in (False, True):
+    testing.assert_close(
+        advantages.collapse_rate(SIGNAL_REWARDS, weights,
+                                 per_reward=per_reward), np.float32(1 / 3))
+  assert float(advantages.collapse_rate(SIGNAL_REWARDS)) == 0.0  # unweighted
+
+
+def test_collapse_rate_is_the_share_of_all_zero_groups():
+  """collapse_rate(per_reward=input == "PGK") is exactly the share of groups
+  whose advantages are all 0, for every estimator and these weights (equal
+  weights would let GDPO's normalised opposite rewards in group 1 cancel;
+  see `groups.has_signal`)."""
+  for weights in ([1.0, 0.0], [1.0, 0.5], [0.5, 2.0]):
+    data = groups.from_rewards(SIGNAL_REWARDS, weights)
+    for name in advantages.names():
+      estimator = advantages.make(name)
+      adv, _ = estimator.estimate(estimator.init(), data)
+      zero = float((np.abs(testing.numpy(adv)).max(-1) == 0).mean())
+      rate = advantages.collapse_rate(SIGNAL_REWARDS, weights,
+                                      per_reward=estimator.input == "PGK")
+      testing.assert_close(rate, np.float32(zero))
+
+
+def test_has_signal_sum_and_per_reward():
+  summed = groups.has_signal(SIGNAL_REWARDS, [1.0, 1.0], per_reward=False)
+  np.testing.assert_array_equal(testing.numpy(summed), [True, False, True])
+  each = groups.has_signal(SIGNAL_REWARDS, [1.0, 1.0], per_reward=True)
+  np.testing.assert_array_equal(testing.numpy(each), [True, True, True])
+  weighted = groups.has_signal(SIGNAL_REWARDS, [1.0, 0.0], per_reward=True)
+  np.testing.assert_array_equal(testing.numpy(weighted), [False, True, True])
+
+
+def test_collapse_rate_counts_valid_groups_only():
+  rewards = np.array([[1, 0], [1, 1], [0, 0]], np.float32)
+  testing.assert_close(advantages.collapse_rate(rewards), np.float32(2 / 3))
+  testing.assert_close(advantages.collapse_rate(
+      rewards, valid=np.array([True, False, True])), np.float32(0.5))
+  testing.assert_close(advantages.collapse_rate(
+      rewards, valid=np.zeros(3, bool)), np.float32(0.0))
+
+
+# Two groups with signal and one filler whose rewards are far apart.
+FILLED = np.array([[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 2.0, 2.0],
+                   [0.0, 50.0, -50.0, 9.0]], np.float32)
+VALID = np.array([True, True, False])
+
+
+def test_batch_scale_std_ignores_filler_groups():
+  """scale="batch": the std is over the valid groups' rewards only, and a
+  filler group gets 0. Masked equals dropped."""
+  out = testing.numpy(advantages.grpo(FILLED, scale="batch", valid=VALID))
+  # The valid 8 rewards: mean 1.25, squared deviations 3 * 0.0625 +
+  # 2 * 1.5625 + 3.0625 + 2 * 0.5625 = 7.5, unbiased variance 7.5 / 7.
+  centred = FILLED[:2] - FILLED[:2].mean(-1, keepdims=True)
+  testing.assert_close(out[:2], centred / (np.sqrt(7.5 / 7) + 1e-6))
+  testing.assert_close(out[:2], advantages.grpo(FILLED[:2], scale="batch"))
+  np.testing.assert_array_equal(out[2], np.zeros(4))
+
+
+def test_gdpo_batch_renormalisation_ignores_filler_groups():
+  rewards = np.stack([FILLED, FILLED[:, ::-1] * 0.5], axis=-1)  # K = 2
+  weights = np.array([1.0, 2.0], np.float32)
+  out = testing.numpy(advantages.gdpo(rewards, weights, valid=VALID))
+  testing.assert_close(out[:2], advantages.gdpo(rewards[:2], weights),
+                       atol=1e-5)
+  np.testing.assert_array_equal(out[2], np.zeros(4))
+  testing.assert_close(
+      advantages.multi_reward(rewards, weights, mode="normalize_then_sum",
+                              valid=VALID), out)
+
+
+def test_valid_none_is_every_group_valid():
+  testing.assert_close(advantages.grpo(FILLED, scale="batch"),
+                       advantages.grpo(FILLED, scale="batch",
+                                       valid=np.ones(3, bool)))
+  with pytest.raises(ValueError, match="valid"):
+    advantages.grpo(FILLED, valid=np.ones(2, bool))
+
+
+def test_gdpo_is_multi_reward_normalize_then_sum():
+  rewards = np.random.default_rng(1).integers(0, 3, (4, 5, 3)).astype(
+      np.float32)
+  weights = np.array([1.0, 0.5, -0.2], np.float32)
+  for options in ({}, {"ddof": 0}, {"eps": 1e-4}):
+    testing.assert_close(
+        advantages.gdpo(rewards, weights, **options),
+        advantages.multi_reward(rewards, weights, mode="normalize_then_sum",
+                                **options))
+
+
+def test_records_see_the_weighted_sum_or_the_columns():
+  """A PG estimator gets sum_k w_k R_k, a PGK one the columns and weights."""
+  rewards = np.random.default_rng(2).normal(size=(3, 4, 2)).astype(np.float32)
+  weights = np.array([1.0, 0.25], np.float32)
+  data = groups.from_rewards(rewards, weights)
+  estimator = advantages.make("grpo", scale="batch", ddof=0)
+  adv, state = estimator.estimate(estimator.init(), data)
+  assert state == ()
+  testing.assert_close(adv, advantages.grpo(
+      (rewards * weights).sum(-1), scale="batch", ddof=0), atol=1e-5)
+  estimator = advantages.make("gdpo", eps=1e-4)
+  adv, _ = estimator.estimate((), data)
+  testing.assert_close(adv, advantages.gdpo(rewards, weights, eps=1e-4))
+
+
 def test_collapse_rate_groups_of_one_and_empty_batch():
   testing.assert_close(advantages.collapse_rate(np.ones((3, 1))), np.float32(1))
   testing.assert_close(advantages.collapse_rate(np.ones((0, 4))), np.float32(0))
@@ -182,23 +298,3 @@ def test_rank_and_option_checks_name_the_argument():
     advantages.grpo(jnp.ones((2, 2)), scale="global")
   with pytest.raises(ValueError, match="ddof"):
     advantages.grpo(jnp.ones((2, 2)), ddof=2)
-
-
-def test_registry():
-  assert advantages.names() == ("dr_grpo", "grpo", "rloo")
-  assert advantages.get("rloo") is advantages.rloo
-  with pytest.raises(ValueError, match="dr_grpo, grpo, rloo"):
-    advantages.get("ppo")
-
-
-@pytest.mark.parametrize("name", advantages.names())
-def test_estimator_contract(name):
-  estimator = advantages.get(name)
-  batch = jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, (3, 2, 4)).astype(
-      jnp.float32)
-  out = testing.assert_jit_and_vmap_match_eager(estimator, batch)
-  testing.assert_shape(out, (2, 4))
-  assert out.dtype == jnp.float32
-  constant = jax.jit(estimator)(jnp.ones((2, 4)))
-  testing.assert_finite(constant)
-  np.testing.assert_array_equal(testing.numpy(constant), np.zeros((2, 4)))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from configs import common
+from grpo_jax import config as config_lib
 from experiments.benchmarks import step as step_bench
 from grpo_jax import data
 from grpo_jax import rollout
@@ -30,8 +30,8 @@ def test_config_is_valid_and_matches_trl(loss_type, aggregation):
   args = step_bench.parse_args(
       ["--loss_type", loss_type, "--beta", "0.04", "--steps", "2"])
   c = step_bench.make_config(args, num_prompts=4)
-  common.validate(c)
-  assert c.objective.aggregation == aggregation
+  config_lib.validate(c)
+  assert c.objective.kwargs.aggregation == aggregation
   assert (c.rollout.num_prompts, c.rollout.num_generations) == (4, 8)
   assert c.rollout.max_new_tokens == 64
   assert c.kl.beta == 0.04

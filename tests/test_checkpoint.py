@@ -16,6 +16,7 @@ from configs import grpo as grpo_config
 from configs import r2vpo as r2vpo_config
 from grpo_jax import checkpoint
 from grpo_jax import metrics
+from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax import train
 
@@ -26,8 +27,9 @@ def small_state(objective="r2vpo"):
   optimizer = train.make_optimizer(learning_rate=1e-3, warmup_steps=2,
                                    decay="cosine", total_steps=10)
   params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
-  state = train.init_state(params, optimizer, seed=3, objective_name=objective,
-                           objective_state_kwargs={"lam0": 0.5})
+  options = {"lam0": 0.5} if objective == "r2vpo" else {}
+  state = train.init_state(params, optimizer, seed=3, components={
+      "objective": objectives.make(objective, **options)})
   return state._replace(step=jnp.asarray(7, jnp.int32))
 
 
@@ -40,7 +42,7 @@ def test_round_trip_restores_every_leaf_and_the_metadata(tmp_path):
   ckpt.close()
   testing.assert_close(restored, state, rtol=0, atol=0)
   assert jax.tree.structure(restored) == jax.tree.structure(state)
-  assert float(restored.objective_state.lam) == 0.5
+  assert float(restored.states["objective"].lam) == 0.5
   assert meta == {"note": "hello", "step": 7}
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from configs import common
+from grpo_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = sorted(
@@ -31,7 +31,7 @@ def test_all_variants_are_present():
 @pytest.mark.parametrize("arg", [None, "tiny"])
 def test_every_config_loads_and_validates(name, arg):
   config = load(name, arg)
-  assert common.validate(config) is config
+  assert config_lib.validate(config) is config
   module = importlib.import_module(f"configs.{name}")
   assert "python -m experiments.train" in module.__doc__
   assert "Expect" in module.__doc__
@@ -40,13 +40,16 @@ def test_every_config_loads_and_validates(name, arg):
 def test_variants_set_what_their_papers_say():
   dapo = load("dapo")
   assert dapo.objective.kwargs.clip_high == 0.28
-  assert dapo.objective.aggregation == "token_mean"
+  assert dapo.objective.kwargs.aggregation == "token_mean"
+  assert dapo.train.num_minibatches == 4  # off policy, as the paper
+  assert load("gspo").train.num_minibatches == 4  # "four minibatches"
+  assert load("dapo", "tiny").train.num_minibatches == 4
   assert dapo.kl.beta == 0.0
   assert dapo.rollout.dynamic_sampling and dapo.rewards.overlong.enabled
   assert load("two_grpo").rollout.num_generations == 2
   assert load("two_grpo", "tiny").rollout.num_generations == 2
   dr = load("dr_grpo")
-  assert dr.objective.horizon == dr.rollout.max_new_tokens
+  assert dr.objective.kwargs.horizon == dr.rollout.max_new_tokens
   assert load("rgra").objective.name == "reinforce"
   assert load("quickstart").model.name == "smollm2-135m-instruct"
   assert load("grpo", "tiny").model.name == "tiny"
@@ -55,70 +58,91 @@ def test_variants_set_what_their_papers_say():
 @pytest.mark.parametrize("field,value,named", [
     ("objective.name", "ppo", "objective.name"),
     ("advantage.name", "nope", "advantage.name"),
-    ("objective.aggregation", "mean", "objective.aggregation"),
+    ("objective.kwargs.aggregation", "mean", "objective.kwargs"),
+    ("objective.kwargs.clip_low", -0.1, "objective.kwargs"),
     ("kl.estimator", "k4", "kl.estimator"),
     ("rollout.num_generations", 0, "rollout.num_generations"),
     ("optimizer.learning_rate", -1e-3, "optimizer.learning_rate"),
     ("train.microbatch_size", 3, "train.microbatch_size"),
-    ("train.minibatch_size", 5, "train.minibatch_size"),
+    ("train.num_minibatches", 5, "train.num_minibatches"),
     ("rollout.top_p", 1.5, "rollout.top_p"),
     ("kl.beta", -0.1, "kl.beta"),
     ("optimizer.decay", "step", "optimizer.decay"),
     ("data.ops", ("^",), "data.ops"),
+    ("data.task", "mnist", "data.task"),
+    ("rollout.signal_reward", "nope", "rollout.signal_reward"),
 ])
 def test_invalid_values_name_the_field(field, value, named):
   config = load("grpo")
-  section, key = field.split(".")
-  config[section][key] = value
+  *path, key = field.split(".")
+  node = config
+  for part in path:
+    node = node[part]
+  node[key] = value
   with pytest.raises(ValueError, match=named.replace(".", r"\.")):
-    common.validate(config)
+    config_lib.validate(config)
 
 
-def test_gdpo_with_the_overlong_column_needs_grpo_advantages():
-  """One reward function plus DAPO's overlong penalty is K=2 rewards, so
-  GDPO would silently replace the configured estimator."""
+def test_gdpo_is_an_estimator_and_its_options_are_checked():
+  """GDPO is advantage.name="gdpo" (there is no rewards.multi_reward_mode);
+  an option it does not take is an error, not silently dropped."""
   config = load("dapo")
-  config.rewards.functions, config.rewards.weights = ("accuracy",), (1.0,)
-  config.advantage.name, config.advantage.kwargs = "dr_grpo", {}
-  common.validate(config)  # summed rewards: any estimator
-  config.rewards.multi_reward_mode = "normalize_then_sum"
-  with pytest.raises(ValueError, match=r"rewards\.multi_reward_mode"):
-    common.validate(config)
+  assert "multi_reward_mode" not in config.rewards
+  config.advantage.name = "gdpo"
+  with pytest.raises(ValueError, match=r"advantage\.kwargs\.scale.*eps, ddof"):
+    config_lib.validate(config)  # GDPO has no scale
+  config.advantage.kwargs = {"eps": 1e-4, "ddof": 1}
+  config_lib.validate(config)
 
 
-@pytest.mark.parametrize("name,state,named", [
-    ("r2vpo", dict(eta=0.1, etta=1.0), r"objective\.state\.etta"),
-    ("r2vpo", dict(delta=0.02), r"objective\.state\.delta.*kwargs"),
-    ("grpo", dict(eta=0.1), r"objective\.state.*keeps no state"),
+def test_signal_reward_names_a_configured_reward():
+  config = load("dapo")
+  assert config.rollout.signal_reward == ""  # the verifier, accuracy
+  for name in ("accuracy", "format", "overlong"):
+    config.rollout.signal_reward = name
+    config_lib.validate(config)
+  config.rollout.signal_reward = "length"
+  with pytest.raises(ValueError, match=r"rollout\.signal_reward.*overlong"):
+    config_lib.validate(config)
+  config.rollout.signal_reward = "overlong"
+  config.rewards.overlong.enabled = False
+  with pytest.raises(ValueError, match=r"rollout\.signal_reward"):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize("name,key,named", [
+    ("r2vpo", "etta", r"objective\.kwargs\.etta.*lam0, eta"),
+    ("r2vpo", "lam", r"objective\.kwargs\.lam\b"),  # state: set lam0
+    ("grpo", "eta", r"objective\.kwargs\.eta"),  # ppo_clip keeps no state
 ])
-def test_objective_state_options_are_checked(name, state, named):
+def test_objective_state_options_are_checked(name, key, named):
   config = load(name)
-  config.objective.state = state
+  config.objective.kwargs[key] = 0.1
   with pytest.raises(ValueError, match=named):
-    common.validate(config)
+    config_lib.validate(config)
 
 
 def test_horizon_is_required_by_the_constant_normaliser():
   config = load("grpo")
-  config.objective.aggregation = "seq_mean_token_sum_norm"
-  with pytest.raises(ValueError, match=r"objective\.horizon.*max completion"):
-    common.validate(config)
-  config.objective.horizon = 96
-  common.validate(config)
+  config.objective.kwargs.aggregation = "seq_mean_token_sum_norm"
+  with pytest.raises(ValueError, match=r"objective\.kwargs.*horizon"):
+    config_lib.validate(config)
+  config.objective.kwargs.horizon = 96
+  config_lib.validate(config)
 
 
 def test_unknown_objective_hyperparameter_names_the_key():
   config = load("gspo")
   config.objective.kwargs.eps_high = 0.2  # gspo calls it clip_high
   with pytest.raises(ValueError, match=r"objective\.kwargs\.eps_high"):
-    common.validate(config)
+    config_lib.validate(config)
 
 
 def test_mismatched_reward_weights_fail():
   config = load("grpo")
   config.rewards.weights = (1.0,)
   with pytest.raises(ValueError, match=r"rewards\.weights"):
-    common.validate(config)
+    config_lib.validate(config)
 
 
 def test_fields_derived_from_max_new_tokens_follow_an_override():
@@ -129,10 +153,10 @@ def test_fields_derived_from_max_new_tokens_follow_an_override():
   dapo.rollout.max_new_tokens = 256
   assert dapo.rewards.overlong.max_length == 256
   assert dapo.rewards.overlong.cache_length == 64
-  common.validate(dapo)
+  config_lib.validate(dapo)
   dr_grpo = load("dr_grpo")
   dr_grpo.rollout.max_new_tokens = 256
-  assert dr_grpo.objective.horizon == 256
+  assert dr_grpo.objective.kwargs.horizon == 256
 
 
 def test_unknown_config_argument_fails():

@@ -14,11 +14,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import models
+from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax.objectives import regularisers
 
 MESHES = [(1, 8, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)]
 # Heads, kv heads, F and V all divisible by 8, so that tensor=8 is legal.
@@ -75,11 +77,16 @@ OPTIMIZER = train.make_optimizer(learning_rate=1e-2, max_grad_norm=1e6,
                                  b1=B1, eps=1e-4)
 
 
+OBJECTIVE = objectives.make("ppo_clip", aggregation="token_mean")
+KL = regularisers.make("kl", beta=0.04, aggregation="token_mean")
+
+
 def init_state():
   # A copy: placing a leaf replicated may reuse its device-0 buffer, which
   # the sharded update then donates.
   return train.init_state(jax.tree.map(jnp.copy, params()), OPTIMIZER,
-                          seed=0, objective_name="ppo_clip")
+                          seed=0, components={"objective": OBJECTIVE,
+                                              "kl": KL})
 
 
 TRACES = {}
@@ -88,9 +95,8 @@ TRACES = {}
 def counted_update_fn(key):
   """The trainer's update_fn (not jitted) that counts its traces."""
   update_fn = train.make_update_fn(
-      model_config=CONFIG, optimizer=OPTIMIZER, objective_name="ppo_clip",
-      objective_kwargs={}, aggregation="token_mean", beta=0.04,
-      microbatch_size=N // 2, chunk_size=64, jit=False)
+      model_config=CONFIG, optimizer=OPTIMIZER, objective=OBJECTIVE,
+      regularisers=[KL], microbatch_size=N // 2, chunk_size=64, jit=False)
 
   def counted(state, minibatch):
     TRACES[key] = TRACES.get(key, 0) + 1
@@ -340,14 +346,13 @@ def test_grouped_query_attention_update_matches_single_device():
                                intermediate_size=128)
   model_params = models.init_params(config, jax.random.PRNGKey(0))
   update_fn = train.make_update_fn(
-      model_config=config, optimizer=OPTIMIZER, objective_name="ppo_clip",
-      objective_kwargs={}, aggregation="token_mean", chunk_size=64,
-      jit=False)
+      model_config=config, optimizer=OPTIMIZER, objective=OBJECTIVE,
+      chunk_size=64, jit=False)
   minibatch = batch()._replace(ref_logp=None)
 
   def state():
     return train.init_state(jax.tree.map(jnp.copy, model_params), OPTIMIZER,
-                            seed=0, objective_name="ppo_clip")
+                            seed=0, components={"objective": OBJECTIVE})
 
   expected = jax.device_get(jax.jit(update_fn)(state(), minibatch))
   m = mesh((2, 2, 2))

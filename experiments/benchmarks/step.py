@@ -64,9 +64,8 @@ def make_config(args, num_prompts):
   c.rollout.dynamic_sampling = False
   c.rewards.overlong.enabled = False
   c.objective.name = "ppo_clip"
-  c.objective.kwargs.clip_low = 0.2
-  c.objective.kwargs.clip_high = 0.2
-  c.objective.aggregation = LOSS_TYPES[args.loss_type]
+  c.objective.kwargs = dict(clip_low=0.2, clip_high=0.2,
+                            aggregation=LOSS_TYPES[args.loss_type])
   c.kl.beta = args.beta
   c.kl.estimator = "k3"  # TRL's KL estimator
   c.optimizer.learning_rate = args.learning_rate
@@ -78,7 +77,7 @@ def make_config(args, num_prompts):
   c.optimizer.max_grad_norm = 1.0
   c.train.num_steps = args.steps + 1
   c.train.num_iterations = 1
-  c.train.minibatch_size = 0
+  c.train.num_minibatches = 1
   c.train.microbatch_size = 0
   return c
 

@@ -19,3 +19,4 @@ from grpo_jax.models.loading import (
     load_hf_checkpoint,
     load_tokenizer,
 )
+from grpo_jax.models.presets import eos_and_pad, load_model, tiny_model_config

@@ -18,7 +18,6 @@ from grpo_jax import data
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
 DECAYS = ("cosine", "linear", "constant")
-TASKS = ("arithmetic", "gsm8k", "jsonl")
 
 
 def get_base_config() -> ml_collections.ConfigDict:
@@ -31,7 +30,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.name = "smollm2-135m-instruct"
 
   c.data = ml_collections.ConfigDict()
-  c.data.task = "arithmetic"      # arithmetic | gsm8k | jsonl
+  c.data.task = "arithmetic"      # a `data.TASKS` name: arithmetic | gsm8k | jsonl
   c.data.path = ""                # the JSONL file when task == "jsonl"
   # The system message; "" leaves the chat template's own default.
   c.data.system_prompt = data.SYSTEM_PROMPT
@@ -55,13 +54,15 @@ def get_base_config() -> ml_collections.ConfigDict:
   # groups still without it after max_rounds are masked out of the loss.
   c.rollout.dynamic_sampling = False
   c.rollout.max_rounds = 3
+  # The reward whose variation within a group counts as signal for dynamic
+  # sampling (DAPO: accuracy); "" is the verifier, rewards.functions[0].
+  c.rollout.signal_reward = ""
   # Drop truncated completions' tokens from the loss (mask and denominator).
   c.rollout.mask_truncated = False
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.functions = ("accuracy", "format")
   c.rewards.weights = (1.0, 0.1)
-  c.rewards.multi_reward_mode = "sum_then_normalize"
   # DAPO overlong shaping, in tokens: penalty ramps from 0 at
   # max_length - cache_length to -1 at max_length.
   c.rewards.overlong = ml_collections.ConfigDict()
@@ -71,18 +72,19 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.rewards.overlong.weight = 1.0
 
   c.advantage = ml_collections.ConfigDict()
+  # An `advantages` name: grpo, dr_grpo, rloo, or gdpo (GDPO normalises each
+  # reward column alone; give it kwargs of eps and ddof only).
   c.advantage.name = "grpo"
   c.advantage.kwargs = ml_collections.ConfigDict(
       dict(scale="group", eps=1e-6, ddof=1))
 
   c.objective = ml_collections.ConfigDict()
   c.objective.name = "ppo_clip"
+  # Every option of the objective in one place: its hyperparameters, its
+  # aggregation (and horizon), and a stateful one's state options (R2VPO's
+  # lam0, eta): `objectives.make(name, **kwargs)`.
   c.objective.kwargs = ml_collections.ConfigDict(
-      dict(clip_low=0.2, clip_high=0.2))
-  c.objective.aggregation = "seq_mean_token_mean"
-  c.objective.horizon = 0         # required by seq_mean_token_sum_norm
-  # Options of a stateful objective's (init, update), e.g. R2VPO's lam0, eta.
-  c.objective.state = ml_collections.ConfigDict()
+      dict(clip_low=0.2, clip_high=0.2, aggregation="seq_mean_token_mean"))
 
   c.kl = ml_collections.ConfigDict()
   c.kl.beta = 0.04                # 0 skips the reference model entirely
@@ -95,14 +97,16 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.optimizer.final_lr_fraction = 0.1
   c.optimizer.weight_decay = 0.0
   c.optimizer.b1 = 0.9
-  c.optimizer.b2 = 0.99
+  c.optimizer.b2 = 0.999  # transformers, TRL and verl's default
   c.optimizer.eps = 1e-8
   c.optimizer.max_grad_norm = 1.0
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 200
   c.train.num_iterations = 1      # passes over each rollout batch
-  c.train.minibatch_size = 0      # rows per optimiser step; 0 = all N rows
+  # Optimiser steps per pass: the N rows split into this many minibatches.
+  # One pass in one minibatch is on policy (no old log-prob pass).
+  c.train.num_minibatches = 1
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
   c.train.chunk_size = 4096       # positions (of N*T) per log-prob chunk
@@ -134,8 +138,8 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.rollout.max_new_tokens = 8
   c.rewards.overlong.max_length = 8
   c.rewards.overlong.cache_length = 2
-  if c.objective.horizon:
-    c.objective.horizon = 8
+  if "horizon" in c.objective.kwargs:
+    c.objective.kwargs.horizon = c.rollout.max_new_tokens
   c.optimizer.learning_rate = 1e-3
   c.optimizer.warmup_steps = 0
   c.train.num_steps = 4
@@ -177,28 +181,6 @@ def _check_kwargs(field, fn, kwargs, positional):
             f"use one of {', '.join(allowed) or '(none)'}")
 
 
-def _check_objective_state(o, stateful):
-  """objective.state holds options of a stateful objective's (init, update)
-  only, none of them also in objective.kwargs (the update gets both)."""
-  if stateful is None:
-    if o.state:
-      _fail("objective.state", f"{o.name!r} keeps no state",
-            "leave objective.state empty")
-    return
-  allowed = [name for fn in (stateful.init, stateful.update)
-             for name, p in inspect.signature(fn).parameters.items()
-             if p.kind == p.KEYWORD_ONLY or (
-                 p.kind == p.POSITIONAL_OR_KEYWORD
-                 and name not in ("state", "aux"))]
-  for key in o.state:
-    if key not in allowed:
-      _fail(f"objective.state.{key}", f"{o.name}'s state takes no option "
-            f"{key!r}", f"use one of {', '.join(allowed)}")
-    if key in o.kwargs:
-      _fail(f"objective.state.{key}", "is set in objective.kwargs too",
-            "set it in one place")
-
-
 def _positive(c, field, *, allow_zero=False):
   value = c
   for part in field.split("."):
@@ -220,12 +202,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not c.model.name:
     _fail("model.name", "is empty",
           "use 'smollm2-135m-instruct', 'tiny', or a checkpoint path")
-  _check_choice("data.task", c.data.task, TASKS)
+  _check_choice("data.task", c.data.task, data.TASKS.names())
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",
           "set --config.data.path=/path/to/file.jsonl")
   if c.data.task == "arithmetic":
-    from grpo_jax import data  # pylint: disable=g-import-not-at-top
     _positive(c, "data.digits")
     if c.data.operands < 2:
       _fail("data.operands", f"{c.data.operands!r} is below 2",
@@ -258,8 +239,6 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           f"has {len(c.rewards.weights)} entries for "
           f"{len(c.rewards.functions)} reward functions",
           "give one weight per reward function")
-  _check_choice("rewards.multi_reward_mode", c.rewards.multi_reward_mode,
-                advantages.MULTI_REWARD_MODES)
   o = c.rewards.overlong
   if o.enabled:
     if not 0 <= o.cache_length < o.max_length:
@@ -271,29 +250,28 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             f"{o.max_length} exceeds rollout.max_new_tokens={r.max_new_tokens}",
             "set max_length <= rollout.max_new_tokens")
 
+  # The reward columns: the functions', then the overlong shaper's.
+  columns = tuple(c.rewards.functions) + (("overlong",) if o.enabled else ())
+  if r.signal_reward and r.signal_reward not in columns:
+    _fail("rollout.signal_reward", f"{r.signal_reward!r} is not a configured "
+          "reward", f"choose one of {', '.join(columns)}, or '' for "
+          f"{columns[0]!r}")
+
   _check_choice("advantage.name", c.advantage.name, advantages.names())
-  # The overlong penalty is one more reward column.
-  num_rewards = len(c.rewards.functions) + int(o.enabled)
-  if (c.rewards.multi_reward_mode == "normalize_then_sum"
-      and num_rewards > 1 and c.advantage.name != "grpo"):
-    _fail("rewards.multi_reward_mode",
-          "'normalize_then_sum' (GDPO) is defined for advantage.name='grpo'",
-          "use 'sum_then_normalize' or advantage.name='grpo'")
-  _check_kwargs("advantage.kwargs", advantages.get(c.advantage.name),
-                c.advantage.kwargs, positional=("rewards",))
+  # The estimator checks its own options.
+  advantages.check_options(c.advantage.name, c.advantage.kwargs,
+                           field="config.advantage.kwargs")
 
   _check_choice("objective.name", c.objective.name, objectives.names())
-  _check_kwargs("objective.kwargs", objectives.get(c.objective.name),
-                c.objective.kwargs, positional=objective_arrays())
-  _check_objective_state(c.objective, objectives.stateful(c.objective.name))
-  _check_choice("objective.aggregation", c.objective.aggregation,
-                aggregation.MODES)
-  if (c.objective.aggregation == "seq_mean_token_sum_norm"
-      and c.objective.horizon <= 0):
-    _fail("objective.horizon",
-          "is required by aggregation='seq_mean_token_sum_norm'",
-          "set it to the max completion length, "
-          f"--config.objective.horizon={r.max_new_tokens}")
+  # The objective checks its own options (names, then values).
+  kwargs = dict(c.objective.kwargs)
+  objectives.check_options(c.objective.name, kwargs, field="config.objective.kwargs")
+  try:
+    objectives.make(c.objective.name, **kwargs)
+  except ValueError as e:
+    _fail("objective.kwargs", str(e).rstrip("."),
+          f"e.g. --config.objective.kwargs.horizon={r.max_new_tokens} for "
+          "a constant normaliser")
 
   _positive(c, "kl.beta", allow_zero=True)
   _check_choice("kl.estimator", c.kl.estimator, kl.names())
@@ -311,19 +289,20 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   t = c.train
   _positive(c, "train.num_steps")
   _positive(c, "train.num_iterations")
-  for field in ("minibatch_size", "microbatch_size", "logprob_batch_size"):
+  _positive(c, "train.num_minibatches")
+  for field in ("microbatch_size", "logprob_batch_size"):
     _positive(c, f"train.{field}", allow_zero=True)
   _positive(c, "train.chunk_size")
   if not 0.0 < c.data.heldout_fraction < 1.0:
     _fail("data.heldout_fraction", f"{c.data.heldout_fraction!r} is not in (0, 1)",
           "hold out a share such as 0.2")
   rows = r.num_prompts * r.num_generations
-  minibatch = t.minibatch_size or rows
-  if rows % minibatch:
-    _fail("train.minibatch_size",
-          f"{minibatch} does not divide the N={rows} rows of a step "
+  if rows % t.num_minibatches:
+    _fail("train.num_minibatches",
+          f"{t.num_minibatches} does not divide the N={rows} rows of a step "
           f"(num_prompts * num_generations)",
-          "choose a divisor of N, or 0 for all rows")
+          "choose a divisor of N")
+  minibatch = rows // t.num_minibatches
   micro = t.microbatch_size or minibatch
   if minibatch % micro:
     _fail("train.microbatch_size",
@@ -340,9 +319,3 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("mesh.shape", f"{c.mesh.shape} does not match axis_names "
           f"{c.mesh.axis_names}", "give one size per axis")
   return c
-
-
-def objective_arrays():
-  """The array arguments every objective takes before its keyword options."""
-  return ("logp", "old_logp", "advantages", "mask", "aggregation", "horizon",
-          "lam")

@@ -1,0 +1,118 @@
+"""The estimators' shared kit: the registry, input checks, and the centring and
+std helpers that keep a constant group at exactly 0 (never 0/0 = NaN)."""
+
+from typing import Optional, Tuple
+
+import jax.numpy as jnp
+
+from grpo_jax import groups as groups_lib
+from grpo_jax import registry
+
+ESTIMATORS = registry.Registry("advantage estimator", positional=("rewards",))
+
+
+def register(*, input: str, output: str, paper: str,  # pylint: disable=redefined-builtin
+             constant_group_zero: bool = True, independent_groups=True,
+             reads: Tuple[str, ...] = (), examples=({},)):
+  """Registers an estimator with the metadata every estimator declares.
+
+  Args:
+    input: ``PG`` (gets sum_k w_k R_k, [P, G]) or ``PGK`` (gets the [P, G, K]
+      rewards; its function takes ``weights`` too).
+    output: ``group`` ([P, G] advantages) or ``token`` ([N, T]).
+    paper: arXiv id (or a short reference).
+    constant_group_zero: a group of equal rewards gets exactly 0.
+    independent_groups: a group's advantages depend on its own rewards only;
+      False where a batch statistic couples groups. A bool, or a predicate of
+      the options (``lambda scale="group", **_: scale != "batch"``).
+    reads: `groups.GroupData` fields passed as keyword arguments (``valid``,
+      ``weights``, ...); they are not config options.
+    examples: keyword options the contract suite runs the estimator with.
+  """
+  return ESTIMATORS.register(
+      examples=examples, input=input, output=output, paper=paper,
+      constant_group_zero=constant_group_zero,
+      independent_groups=independent_groups, reads=tuple(reads))
+
+
+def check_choice(argument: str, value: str, choices: Tuple[str, ...]) -> None:
+  if value not in choices:
+    raise ValueError(
+        f"{argument}={value!r} is unknown; choose one of {', '.join(choices)}.")
+
+
+def check_rewards(rewards, rank: int, letters: str) -> jnp.ndarray:
+  """`rewards` as float32 after checking its rank and that groups are nonempty."""
+  rewards = jnp.asarray(rewards)
+  if rewards.ndim != rank:
+    raise ValueError(
+        f"rewards must be [{letters}] (rank {rank}); got shape {rewards.shape}.")
+  if rewards.shape[1] == 0:
+    raise ValueError(
+        f"rewards must hold at least one completion per group (G >= 1); got "
+        f"shape {rewards.shape}.")
+  return rewards.astype(jnp.float32)
+
+
+check_weights = groups_lib.check_weights
+check_valid = groups_lib.check_valid
+
+
+def check_ddof(ddof: int, size: int) -> None:
+  # A sample of one is constant: its advantage is 0 whatever ddof says.
+  if ddof < 0 or (size > 1 and ddof >= size):
+    raise ValueError(
+        f"ddof={ddof!r} must be >= 0 and smaller than the {size} rewards the "
+        "std is taken over; use ddof=1 (unbiased) or ddof=0.")
+
+
+def centered(x, axis: Optional[int]) -> jnp.ndarray:
+  """x - mean(x) along `axis`, exactly 0 where x is constant along it."""
+  out = x - x.mean(axis=axis, keepdims=True)
+  # Rounding in the mean can leave a constant group at +-1e-8 instead of 0; the
+  # exact comparison sets it to 0, so a signal-free group stays signal-free.
+  constant = x.max(axis=axis, keepdims=True) == x.min(axis=axis, keepdims=True)
+  return jnp.where(constant, 0.0, out)
+
+
+def _safe_sqrt(var) -> jnp.ndarray:
+  # sqrt has an infinite derivative at 0; keep gradients through it finite.
+  return jnp.where(var > 0, jnp.sqrt(jnp.where(var > 0, var, 1.0)), 0.0)
+
+
+def std(x, axis: int, ddof: int) -> jnp.ndarray:
+  """The std along `axis` (keepdims) with `ddof`; 0 for a single value."""
+  var = (((x - x.mean(axis=axis, keepdims=True))**2).sum(axis=axis,
+                                                         keepdims=True)
+         / max(x.shape[axis] - ddof, 1))
+  return _safe_sqrt(var)
+
+
+def batch_moments(x, valid, ddof: int) -> Tuple[jnp.ndarray, jnp.ndarray]:
+  """(mean, std) [1, 1] over the entries of the valid groups of x [P, G].
+
+  mean = sum_{p valid, g} x_pg / n, std^2 = sum (x_pg - mean)^2 / (n - ddof),
+  n = G * #valid; filler groups (valid False) do not enter either.
+  """
+  m = jnp.broadcast_to(valid[:, None], x.shape).astype(jnp.float32)
+  count = m.sum()
+  mean = (x * m).sum() / jnp.maximum(count, 1.0)
+  var = (((x - mean) * m)**2).sum() / jnp.maximum(count - ddof, 1.0)
+  return mean.reshape(1, 1), _safe_sqrt(var).reshape(1, 1)
+
+
+def divide_by_std(x, sd, eps: float) -> jnp.ndarray:
+  # sd == 0 only where x is already exactly 0; dividing by 1 there keeps
+  # eps=0 from producing 0/0.
+  return x / (jnp.where(sd > 0, sd, 1.0) + eps)
+
+
+def standardize_groups(x, *, eps: float, ddof: int) -> jnp.ndarray:
+  """(x - mean_g x) / (std_g x + eps) along the last axis, groups of G."""
+  check_ddof(ddof, x.shape[-1])
+  return divide_by_std(centered(x, -1), std(x, -1, ddof), eps)
+
+
+def zero_fillers(advantages, valid) -> jnp.ndarray:
+  """[P, G] advantages with the filler groups' (valid False) set to 0."""
+  return jnp.where(valid[:, None], advantages, 0.0)

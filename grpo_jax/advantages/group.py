@@ -1,0 +1,99 @@
+"""Group-relative estimators over [P, G] rewards: grpo, dr_grpo, rloo.
+
+Each is pure and jittable, computes in float32 whatever the input dtype, and
+gives exactly 0 for a group whose rewards are all equal (a group of one
+included).
+"""
+
+import jax.numpy as jnp
+
+from grpo_jax.advantages import _kit
+
+
+def _group_scale(rewards, centred, *, eps, ddof, valid):
+  del valid  # per group: no batch statistic
+  _kit.check_ddof(ddof, rewards.shape[-1])
+  return _kit.divide_by_std(centred, _kit.std(rewards, -1, ddof), eps)
+
+
+def _batch_scale(rewards, centred, *, eps, ddof, valid):
+  _kit.check_ddof(ddof, rewards.size)
+  _, sd = _kit.batch_moments(rewards, valid, ddof)
+  return _kit.divide_by_std(centred, sd, eps)
+
+
+def _no_scale(rewards, centred, *, eps, ddof, valid):
+  del rewards, eps, ddof, valid
+  return centred
+
+
+# What the centred rewards are divided by.
+_SCALES = {"group": _group_scale, "batch": _batch_scale, "none": _no_scale}
+SCALES = tuple(_SCALES)
+
+
+@_kit.register(
+    input="PG", output="group", paper="arXiv 2402.03300", reads=("valid",),
+    # scale="batch" divides every group by one batch std.
+    independent_groups=lambda scale="group", **_: scale != "batch",
+    examples=({}, {"scale": "batch"}, {"scale": "none"}, {"ddof": 0}))
+def grpo(rewards, *, scale: str = "group", eps: float = 1e-6, ddof: int = 1,
+         valid=None) -> jnp.ndarray:
+  """GRPO's group-normalised advantage.
+
+  A = (R - mean_g R) / (std R + eps), DeepSeekMath (arXiv 2402.03300).
+
+  Args:
+    rewards: [P, G] rewards of G completions for each of P prompts.
+    scale: the std divided by: ``group`` (per group, the default), ``batch``
+      (over the rewards of all valid groups; the centring stays per group) or
+      ``none`` (no division: Dr. GRPO).
+    eps: added to the std.
+    ddof: delta degrees of freedom of the std; 1 (the unbiased std) matches
+      the common PyTorch implementations.
+    valid: [P] bool, False for filler groups: they get 0 and do not enter
+      the batch std. Default: all valid.
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for groups of equal rewards.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _kit.check_choice("scale", scale, SCALES)
+  valid = _kit.check_valid(valid, rewards.shape[0])
+  advantages = _SCALES[scale](rewards, _kit.centered(rewards, -1), eps=eps,
+                              ddof=ddof, valid=valid)
+  return _kit.zero_fillers(advantages, valid)
+
+
+@_kit.register(input="PG", output="group", paper="arXiv 2503.20783")
+def dr_grpo(rewards) -> jnp.ndarray:
+  """Dr. GRPO's advantage: A = R - mean_g R, no std (arXiv 2503.20783).
+
+  Args:
+    rewards: [P, G] rewards.
+
+  Returns:
+    [P, G] float32 advantages.
+  """
+  return _kit.centered(_kit.check_rewards(rewards, 2, "P, G"), -1)
+
+
+@_kit.register(input="PG", output="group", paper="arXiv 2402.14740")
+def rloo(rewards) -> jnp.ndarray:
+  """Leave-one-out baseline: A_j = R_j - mean_{k!=j} R_k (RLOO, arXiv
+  2402.14740).
+
+  Equal to G/(G-1) * (R_j - mean_g R); a group of one has no baseline and
+  gives 0.
+
+  Args:
+    rewards: [P, G] rewards.
+
+  Returns:
+    [P, G] float32 advantages.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  group_size = rewards.shape[-1]
+  if group_size == 1:
+    return jnp.zeros_like(rewards)
+  return _kit.centered(rewards, -1) * (group_size / (group_size - 1))

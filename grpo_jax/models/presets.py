@@ -1,0 +1,49 @@
+"""Models a config names without a checkpoint, and tokenizer ids.
+
+``tiny``: a random 2-layer model over `testing.tiny_tokenizer` (a
+character-level tokenizer), built offline in a second, for tests and CI.
+Any other name is a checkpoint (`loading.load`).
+"""
+
+import jax
+
+from grpo_jax.models import loading
+from grpo_jax.models import transformer
+from grpo_jax.models.config import ModelConfig
+
+
+def tiny_model_config(vocab_size: int) -> ModelConfig:
+  """The `tiny` model: 2 layers, width 32 (a forward pass takes milliseconds)."""
+  return ModelConfig(
+      model_type="llama", vocab_size=vocab_size, hidden_size=32,
+      intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+      head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
+
+
+def _tiny_model(seed: int):
+  from grpo_jax import testing  # pylint: disable=g-import-not-at-top
+  tokenizer = testing.tiny_tokenizer()
+  config = tiny_model_config(len(tokenizer))
+  return (config, transformer.init_params(config, jax.random.PRNGKey(seed)),
+          tokenizer)
+
+
+# Models built in code, by name.
+_BUILT_IN = {"tiny": _tiny_model}
+
+
+def load_model(name: str, *, seed: int = 0):
+  """(ModelConfig, params, tokenizer) for a config's ``model.name``: a
+  built-in name (``tiny``, initialised from `seed`) or a checkpoint."""
+  build = _BUILT_IN.get(name)
+  return build(seed) if build else loading.load(name)
+
+
+def eos_and_pad(tokenizer):
+  """(end ids, pad id) of a tokenizer; the pad id falls back to the first
+  end id, then 0."""
+  eos_ids = tuple(loading.eos_ids(tokenizer))
+  pad_id = tokenizer.pad_token_id
+  if pad_id is None:
+    pad_id = eos_ids[0] if eos_ids else 0
+  return eos_ids, int(pad_id)

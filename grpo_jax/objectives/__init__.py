@@ -1,0 +1,59 @@
+"""Policy objectives of the GRPO family: (logp, old_logp, adv, mask) -> (loss, aux).
+
+Every objective is a pure function
+
+  loss, aux = fn(logp, old_logp, advantages, mask, *, <hyperparameters>)
+
+with `logp`, `old_logp`, `mask` of shape [N, T] and `advantages` of shape [N]
+(broadcast over tokens) or [N, T] (token-level). `loss` is a float32 scalar to
+*minimise*; `aux` is an `ObjectiveAux` (the undivided loss and exact, mergeable
+diagnostics). Token-level objectives take ``aggregation`` and ``horizon``;
+sequence-level ones (`gspo`, `gmpo`) average one term per row with tokens.
+
+Families: `clipped` (ppo_clip, gspo, gspo_token, gmpo, cispo), `soft` (cfpo,
+sapo, reinforce), `penalised` (r2vpo and its dual state). Each registers in
+`OBJECTIVES` with its metadata (level, mechanism, paper, example options,
+state, pre-pass); `make(name, **options)` returns the bound `Objective`
+record the trainer drives. `regularisers` holds the terms added to any
+objective (KL). The math and its sources are in OBJECTIVES.md.
+
+A new objective is one function in a family file with the decorator:
+
+  @OBJECTIVES.register(level="token", mechanism="clip", examples=({},))
+  def my_clip(logp, old_logp, advantages, mask, *, eps=0.2,
+              aggregation="token_mean", horizon=None):
+    ...
+"""
+
+from grpo_jax.objectives import clipped
+from grpo_jax.objectives import penalised
+from grpo_jax.objectives import regularisers
+from grpo_jax.objectives import soft
+from grpo_jax.objectives._kit import LOG_RATIO_BOUND
+from grpo_jax.objectives._kit import OBJECTIVES
+from grpo_jax.objectives._kit import ObjectiveAux
+from grpo_jax.objectives._kit import PrePass
+from grpo_jax.objectives._kit import StateSpec
+from grpo_jax.objectives.clipped import cispo
+from grpo_jax.objectives.clipped import gmpo
+from grpo_jax.objectives.clipped import gspo
+from grpo_jax.objectives.clipped import gspo_token
+from grpo_jax.objectives.clipped import ppo_clip
+from grpo_jax.objectives.penalised import R2VPO_CENTERS
+from grpo_jax.objectives.penalised import R2VPO_DELTA
+from grpo_jax.objectives.penalised import R2VPO_ETA
+from grpo_jax.objectives.penalised import r2vpo
+from grpo_jax.objectives.penalised import r2vpo_init
+from grpo_jax.objectives.penalised import r2vpo_update
+from grpo_jax.objectives.penalised import R2VPOState
+from grpo_jax.objectives.record import check_options
+from grpo_jax.objectives.record import make
+from grpo_jax.objectives.record import Objective
+from grpo_jax.objectives.record import SEQUENCE_AGGREGATION
+from grpo_jax.objectives.soft import cfpo
+from grpo_jax.objectives.soft import reinforce
+from grpo_jax.objectives.soft import SAPO_GATE_THRESHOLD
+from grpo_jax.objectives.soft import sapo
+
+names = OBJECTIVES.names
+get = OBJECTIVES.get

@@ -1,0 +1,222 @@
+"""What every objective shares: the registry, the aux record, input checks,
+the PPO term and the (sum, count) finish.
+
+Numerics: the log-ratio ``x = logp - old_logp`` is set to 0 under padding and
+clamped to [-20, 20] before any ``exp``, so log-ratios of +-50 (or -inf under
+padding) give a finite loss and finite gradients. `old_logp` is used as given:
+nothing here replaces it with ``sg(logp)``.
+"""
+
+import numbers
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax import aggregation as agg
+from grpo_jax import measures
+from grpo_jax import registry
+
+OBJECTIVES = registry.Registry(
+    "objective", positional=("logp", "old_logp", "advantages", "mask"))
+
+# exp(20) ~ 4.9e8: far beyond any trust region, small enough that r, r^2 and
+# their gradients stay finite in float32.
+LOG_RATIO_BOUND = 20.0
+
+
+class ObjectiveAux(NamedTuple):
+  """What every objective reports besides its loss, undivided.
+
+  ``loss == aggregation.divide(SumCount(loss_sum, loss_count))``; under
+  gradient accumulation the trainer sums `loss_sum` over microbatches and
+  divides once by the whole minibatch's count. The diagnostics are
+  `measures` records, so they merge exactly across microbatches.
+
+  Attributes:
+    loss_sum: the undivided loss; carries the gradient.
+    loss_count: its divisor (tokens, rows, or N*horizon by aggregation).
+    ratio: `Moments` of the importance ratio over real tokens (over rows with
+      tokens for `gspo`/`gspo_token`, which clip the sequence ratio).
+    clip: `Mean` share of real tokens whose gradient the clip or gate cut or
+      scaled; defined per objective in its docstring.
+    kl: `Mean` over real tokens of k3 = exp(d) - d - 1, d = old_logp - logp.
+  """
+  loss_sum: jnp.ndarray
+  loss_count: jnp.ndarray
+  ratio: measures.Moments
+  clip: measures.Mean
+  kl: measures.Mean
+
+  @property
+  def ratio_mean(self):
+    return self.ratio.value()["mean"]
+
+  @property
+  def ratio_var(self):
+    return self.ratio.variance()
+
+  @property
+  def ratio_max(self):
+    return self.ratio.value()["max"]
+
+  @property
+  def ratio_min(self):
+    return self.ratio.value()["min"]
+
+  @property
+  def clip_fraction(self):
+    return self.clip.value()
+
+  @property
+  def approx_kl(self):
+    return self.kl.value()
+
+  def measures(self) -> dict:
+    """The diagnostics by measurement name, for the trainer."""
+    return {"ratio": self.ratio, "clip_fraction": self.clip,
+            "approx_kl": self.kl}
+
+
+class StateSpec(NamedTuple):
+  """How the trainer drives an objective that carries state (metadata).
+
+  Attributes:
+    init: ``init(**options) -> state``.
+    update: ``update(state, measures, **options) -> state``, once per
+      optimiser step, with the step's merged `measures` records; it receives
+      the options of its signature from the objective's bound options.
+    loss_kwargs: ``loss_kwargs(state) -> dict`` for the pure function.
+    provides: the keys of that dict (options the config may not set).
+  """
+  init: Callable
+  update: Callable
+  loss_kwargs: Callable
+  provides: Tuple[str, ...]
+
+
+class PrePass(NamedTuple):
+  """Statistics over the whole minibatch, fixed for all its microbatches.
+
+  Attributes:
+    when: ``when(**options) -> bool``: whether these options need it.
+    stats: ``stats(logp, old_logp, advantages, mask, **options) -> measures
+      dict`` (the options of its signature bound), computed per microbatch
+      (no gradient) and merged.
+    loss_kwargs: ``loss_kwargs(merged) -> dict`` for the pure function.
+    provides: the keys of that dict.
+  """
+  when: Callable
+  stats: Callable
+  loss_kwargs: Callable
+  provides: Tuple[str, ...]
+
+
+class Batch(NamedTuple):
+  """Validated float32 inputs; every entry is 0 under padding."""
+  log_ratio: jnp.ndarray  # [N, T], clamped to +-LOG_RATIO_BOUND
+  logp: jnp.ndarray  # [N, T]
+  advantages: jnp.ndarray  # [N, T]
+  mask: jnp.ndarray  # [N, T], 1.0 or 0.0
+
+  @property
+  def ratio(self):
+    return jnp.exp(self.log_ratio)
+
+  @property
+  def lengths(self):
+    return self.mask.sum(axis=-1)
+
+  @property
+  def row_mask(self):
+    """[N] 1.0 for rows with at least one real token."""
+    return (self.lengths > 0).astype(jnp.float32)
+
+
+def prepare(logp, old_logp, advantages, mask) -> Batch:
+  """Checks shapes and returns float32 inputs with padding neutralised."""
+  logp, old_logp, advantages, mask = (
+      jnp.asarray(a) for a in (logp, old_logp, advantages, mask))
+  agg.check_token_arrays(logp=logp, old_logp=old_logp, mask=mask)
+  n, t = logp.shape
+  if advantages.ndim == 1 and advantages.shape == (n,):
+    advantages = jnp.broadcast_to(advantages[:, None], (n, t))
+  elif advantages.ndim != 2 or advantages.shape != (n, t):
+    raise ValueError(
+        f"advantages must be [N] = ({n},) or [N, T] = ({n}, {t}) to match "
+        f"logp; got shape {advantages.shape}.")
+  real = mask > 0
+  # Double where: padding may hold -inf or NaN, and a NaN that enters an
+  # unselected branch still poisons the gradient.
+  logp = jnp.where(real, logp.astype(jnp.float32), 0.0)
+  old_logp = jnp.where(real, old_logp.astype(jnp.float32), 0.0)
+  log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+  return Batch(
+      log_ratio=log_ratio,
+      logp=logp,
+      advantages=jnp.where(real, advantages.astype(jnp.float32), 0.0),
+      mask=real.astype(jnp.float32))
+
+
+def check_hparam(name: str, value, *, low: float, strict: bool = False):
+  """ValueError if a concrete hyperparameter is below `low` (traced: skipped)."""
+  if isinstance(value, numbers.Real) and (
+      value < low or (strict and value == low)):
+    bound = ">" if strict else ">="
+    raise ValueError(f"{name} must be {bound} {low}; got {value}.")
+
+
+def check_band(clip_low, clip_high):
+  check_hparam("clip_low", clip_low, low=0.0)
+  check_hparam("clip_high", clip_high, low=0.0)
+
+
+def ppo_term(ratio, advantages, clip_low, clip_high):
+  """-min(r*A, clip(r, 1-lo, 1+hi)*A) and where its gradient is cut."""
+  clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  term = -jnp.minimum(ratio * advantages, clipped * advantages)
+  cut = (((advantages > 0) & (ratio > 1.0 + clip_high))
+         | ((advantages < 0) & (ratio < 1.0 - clip_low)))
+  return term, cut
+
+
+def row_advantages(batch: Batch):
+  """[N] advantages: the mean over each row's real tokens.
+
+  Exact for advantages given as [N] (constant along the row).
+  """
+  return batch.advantages.sum(axis=-1) / jnp.maximum(batch.lengths, 1.0)
+
+
+def sequence_log_ratio(batch: Batch):
+  """log s_i = sum_t x*m / n_i (the log of the geometric-mean ratio), [N]."""
+  return batch.log_ratio.sum(axis=-1) / jnp.maximum(batch.lengths, 1.0)
+
+
+def finish(sc: agg.SumCount, batch: Batch, *, ratio: measures.Moments,
+           clipped) -> tuple:
+  """(loss, ObjectiveAux) from the (sum, count) pair and the diagnostics.
+
+  Args:
+    sc: the undivided loss.
+    batch: the prepared inputs (for the k3 drift).
+    ratio: `Moments` of the ratio the objective trusts.
+    clipped: [N, T] bool, tokens whose gradient the mechanism cut or scaled.
+  """
+  d = -batch.log_ratio
+  diagnostics = measures.stop_gradient({
+      "ratio": ratio,
+      "clip": measures.Mean.of(clipped, batch.mask),
+      "kl": measures.Mean.of(jnp.expm1(d) - d, batch.mask)})
+  aux = ObjectiveAux(jnp.asarray(sc.total, jnp.float32),
+                     jnp.asarray(sc.count, jnp.float32), **diagnostics)
+  return agg.divide(agg.SumCount(aux.loss_sum, aux.loss_count)), aux
+
+
+def token_objective(per_token, batch: Batch, *, aggregation: str,
+                    horizon: Optional[int], clipped, ratio=None):
+  """Aggregates per-token loss terms; ratio statistics over real tokens."""
+  sc = agg.sum_and_count(per_token, batch.mask, aggregation, horizon=horizon)
+  ratio = batch.ratio if ratio is None else ratio
+  return finish(sc, batch, ratio=measures.Moments.of(ratio, batch.mask),
+                clipped=clipped)

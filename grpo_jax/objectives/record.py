@@ -1,0 +1,146 @@
+"""`make(name, **options)`: an objective as a record of pure functions with
+its options bound once, as optax builds a GradientTransformation."""
+
+import functools
+import inspect
+from typing import Any, Callable, NamedTuple, Optional, Tuple
+
+import jax.numpy as jnp
+
+from grpo_jax import aggregation as agg
+from grpo_jax.objectives._kit import OBJECTIVES
+
+# Sequence-level objectives average one term per row with tokens: their
+# denominator (and a KL term beside them) is that of this mode.
+SEQUENCE_AGGREGATION = "seq_mean_token_mean"
+
+
+class Objective(NamedTuple):
+  """A bound objective, what the trainer calls.
+
+  Attributes:
+    name: its registry name.
+    level: ``token`` or ``sequence``.
+    aggregation, horizon: the mode its loss divides by (sequence-level:
+      `SEQUENCE_AGGREGATION`); a KL term beside it uses the same.
+    reads: extra batch arrays the loss takes as keywords (none yet).
+    init: ``init() -> state`` (``()`` for stateless objectives).
+    loss: ``loss(state, logp, old_logp, advantages, mask, *, batch_stats,
+      **extra) -> (loss, ObjectiveAux)``.
+    count: ``count(mask) -> the loss denominator``, known before any
+      microbatch, so accumulated microbatches divide once by it.
+    update: ``update(state, measures) -> state``, once per optimiser step,
+      with the step's merged measurement records.
+    prepass: None, or ``prepass(logp, old_logp, advantages, mask) ->
+      measures``: statistics over the whole minibatch (merged over its
+      microbatches, then passed to `loss` as `batch_stats`).
+  """
+  name: str
+  level: str
+  aggregation: str
+  horizon: Optional[int]
+  reads: Tuple[str, ...]
+  init: Callable[[], Any]
+  loss: Callable
+  count: Callable
+  update: Callable
+  prepass: Optional[Callable]
+
+
+def _accepted(fn: Callable, options: dict) -> dict:
+  names = inspect.signature(fn).parameters
+  return {k: v for k, v in options.items() if k in names}
+
+
+def state_options(name: str) -> Tuple[str, ...]:
+  """Options of `name`'s state (init and update), beside its loss's."""
+  spec = OBJECTIVES.entry(name).meta.get("state")
+  if spec is None:
+    return ()
+  loss_options = OBJECTIVES.options(name)
+  found = []
+  for fn in (spec.init, spec.update):
+    for key, p in inspect.signature(fn).parameters.items():
+      if (p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+          and p.default is not p.empty and key not in loss_options
+          and key not in found):
+        found.append(key)
+  return tuple(found)
+
+
+def injected(name: str) -> Tuple[str, ...]:
+  """Loss keywords the trainer supplies from state or the pre-pass."""
+  meta = OBJECTIVES.entry(name).meta
+  specs = (meta.get("state"), meta.get("prepass"))
+  return tuple(k for spec in specs if spec is not None for k in spec.provides)
+
+
+def check_options(name: str, options: dict, *, field: str = "") -> None:
+  """ValueError naming an option `name` does not take (or the trainer sets)."""
+  OBJECTIVES.check_options(name, options, field=field,
+                           extra=state_options(name), exclude=injected(name))
+
+
+def make(name: str, **options) -> Objective:
+  """The `Objective` record of `name` with `options` bound.
+
+  Options are the pure function's keywords (``clip_high``, ``aggregation``,
+  ``horizon``, ...) and, for a stateful objective, those of its state
+  (R2VPO's ``lam0``, ``eta``): one dict, one place. An option the objective
+  does not take is a ValueError naming it.
+  """
+  check_options(name, options)
+  entry = OBJECTIVES.entry(name)
+  meta = entry.meta
+  state_keys = state_options(name)
+  loss_options = {k: v for k, v in options.items() if k not in state_keys}
+  fn = functools.partial(entry.fn, **loss_options)
+  level = meta["level"]
+  defaults = inspect.signature(entry.fn).parameters
+  if level == "sequence":
+    aggregation, horizon = SEQUENCE_AGGREGATION, None
+  else:
+    aggregation = options.get("aggregation", defaults["aggregation"].default)
+    horizon = options.get("horizon", defaults["horizon"].default)
+  agg.check_mode(aggregation, horizon)  # before any compute
+  spec = meta.get("state")
+  prepass_spec = meta.get("prepass")
+  if prepass_spec is not None and not prepass_spec.when(**loss_options):
+    prepass_spec = None
+
+  def init():
+    return () if spec is None else spec.init(**_accepted(spec.init, options))
+
+  def loss(state, logp, old_logp, advantages, mask, *, batch_stats=None,
+           **extra):
+    kwargs = dict(extra)
+    if spec is not None:
+      kwargs.update(spec.loss_kwargs(state))
+    if prepass_spec is not None:
+      kwargs.update(prepass_spec.loss_kwargs(batch_stats))
+    return fn(logp, old_logp, advantages, mask, **kwargs)
+
+  def update(state, step_measures):
+    if spec is None:
+      return state
+    return spec.update(state, step_measures,
+                       **_accepted(spec.update, options))
+
+  objective = Objective(
+      name=name, level=level, aggregation=aggregation, horizon=horizon,
+      reads=tuple(meta.get("reads", ())), init=init, loss=loss,
+      count=functools.partial(agg.count, mode=aggregation, horizon=horizon),
+      update=update,
+      prepass=None if prepass_spec is None else functools.partial(
+          prepass_spec.stats, **_accepted(prepass_spec.stats, loss_options)))
+  _check_values(objective)
+  return objective
+
+
+def _check_values(objective: Objective) -> None:
+  """Runs the objective once on one token, so that a bad option value
+  (a negative clip, an unknown centre) fails at `make`, before any compute."""
+  ones = jnp.ones((1, 1), jnp.float32)
+  args = (-ones, -ones, jnp.ones((1,), jnp.float32), ones)
+  stats = None if objective.prepass is None else objective.prepass(*args)
+  objective.loss(objective.init(), *args, batch_stats=stats)

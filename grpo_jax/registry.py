@@ -1,0 +1,121 @@
+"""The one registry type: every kind of component (objectives, estimators,
+KL estimators, aggregations, reward functions, ...) is a `Registry`.
+
+An entry registers where it is defined, with a decorator:
+
+  OBJECTIVES = registry.Registry("objective")
+
+  @OBJECTIVES.register(level="token", examples=({}, {"clip_high": 0.28}))
+  def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, ...):
+    ...
+
+`names()` and `get(name)` (the function) come from here, with one error
+message for an unknown name, and `check_options(name, options)` gives one
+error for an option the entry does not take. `entry(name)` has the metadata
+and the example keyword arguments the contract suites run each entry with.
+`scoped()` undoes registrations made inside it (toy entries in tests and
+notebooks leave the registry as it was).
+"""
+
+import contextlib
+import inspect
+from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Tuple
+
+
+class Entry(NamedTuple):
+  """One registered component.
+
+  Attributes:
+    name: the name a config uses.
+    fn: the pure function.
+    meta: kind-specific metadata (level, paper, state, ...).
+    examples: keyword arguments the contract suites call `fn` with; the
+      first is usually ``{}`` (the defaults).
+  """
+  name: str
+  fn: Callable
+  meta: Mapping[str, Any]
+  examples: Tuple[Mapping[str, Any], ...]
+
+
+class Registry:
+  """Name -> `Entry` for one kind of component."""
+
+  def __init__(self, kind: str, *, positional: Tuple[str, ...] = ()):
+    """`kind` names the component in messages; `positional` lists the array
+    arguments every entry takes before its keyword options."""
+    self.kind = kind
+    self.positional = tuple(positional)
+    self._entries: Dict[str, Entry] = {}
+
+  def register(self, name: str = "", *, examples=({},), **meta):
+    """Decorator: registers ``fn`` under `name` (default: its __name__)."""
+    def decorate(fn):
+      key = name or fn.__name__
+      if key in self._entries and self._entries[key].fn is not fn:
+        raise ValueError(f"{self.kind} {key!r} is registered twice.")
+      self._entries[key] = Entry(key, fn, dict(meta),
+                                 tuple(dict(e) for e in examples))
+      return fn
+    return decorate
+
+  def names(self) -> Tuple[str, ...]:
+    """The registered names, sorted."""
+    return tuple(sorted(self._entries))
+
+  def __contains__(self, name) -> bool:
+    return name in self._entries
+
+  def entry(self, name: str) -> Entry:
+    """The `Entry` of `name`; a ValueError listing the known names if none."""
+    if name not in self._entries:
+      raise ValueError(
+          f"{self.kind} {name!r} is unknown; choose one of "
+          f"{', '.join(self.names())}.")
+    return self._entries[name]
+
+  def get(self, name: str) -> Callable:
+    """The function registered as `name`."""
+    return self.entry(name).fn
+
+  def entries(self) -> Iterator[Entry]:
+    return (self._entries[n] for n in self.names())
+
+  def options(self, name: str, *, exclude: Tuple[str, ...] = ()
+              ) -> Tuple[str, ...]:
+    """The keyword options of `name`'s function (not its array arguments)."""
+    params = inspect.signature(self.get(name)).parameters
+    skip = set(self.positional) | set(exclude)
+    return tuple(p for p, v in params.items()
+                 if p not in skip and v.kind not in (v.VAR_POSITIONAL,
+                                                     v.VAR_KEYWORD))
+
+  def check_options(self, name: str, options: Mapping[str, Any], *,
+                    field: str = "", extra: Tuple[str, ...] = (),
+                    exclude: Tuple[str, ...] = ()) -> None:
+    """ValueError naming the first key of `options` that `name` does not take.
+
+    Args:
+      name: the entry.
+      options: keyword options from a config.
+      field: the config field they came from (for the message).
+      extra: more allowed keys (e.g. a stateful entry's state options).
+      exclude: keyword arguments the trainer supplies, not the config.
+    """
+    allowed = self.options(name, exclude=exclude) + tuple(extra)
+    for key in options:
+      if key not in allowed:
+        where = f"{field}.{key}: " if field else ""
+        raise ValueError(
+            f"{where}{self.kind} {name!r} takes no option {key!r}; use one of "
+            f"{', '.join(allowed) or '(none)'}.")
+
+  @contextlib.contextmanager
+  def scoped(self):
+    """Registrations made inside the block are removed when it ends."""
+    before = dict(self._entries)
+    try:
+      yield self
+    finally:
+      self._entries.clear()
+      self._entries.update(before)

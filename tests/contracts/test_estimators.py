@@ -1,0 +1,119 @@
+"""Contract suite of the advantage estimators, parametrised from the registry.
+
+Every registered estimator, with each of its example options, runs under
+every law of `grpo_jax.testing` that its metadata asks for; registering an
+estimator (one decorator) is enough to put it here.
+"""
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from grpo_jax import advantages
+from grpo_jax import testing
+from grpo_jax.advantages import _kit
+
+CASES = [pytest.param(entry.name, options, id=f"{entry.name}-{i}")
+         for entry in advantages.ESTIMATORS.entries()
+         for i, options in enumerate(entry.examples)]
+LAWS = [pytest.param(law, flag, id=law.__name__[len("check_"):])
+        for law, flag in testing.ESTIMATOR_LAWS]
+
+
+def run_law(law, estimator, key=jax.random.PRNGKey(0)):
+  groups = testing.estimator_groups(key)
+  extra = (key,) if "key" in inspect.signature(law).parameters else ()
+  law(estimator, groups, *extra)
+
+
+@pytest.mark.parametrize("law,flag", LAWS)
+@pytest.mark.parametrize("name,options", CASES)
+def test_law(name, options, law, flag):
+  if flag is not None and not advantages.meta(name, **options)[flag]:
+    pytest.skip(f"metadata: {flag} is False")
+  run_law(law, advantages.make(name, **options))
+
+
+@pytest.mark.parametrize("name,options", CASES)
+def test_metadata_and_record(name, options):
+  entry = advantages.ESTIMATORS.entry(name)
+  assert entry.meta["input"] in ("PG", "PGK")
+  assert entry.meta["output"] in ("group", "token")
+  assert entry.meta["paper"]
+  assert set(entry.meta["reads"]) <= set(advantages.GroupData._fields)
+  estimator = advantages.make(name, **options)
+  assert (estimator.name, estimator.input, estimator.output) == (
+      name, entry.meta["input"], entry.meta["output"])
+  assert estimator.init() == ()
+  # Every example option is an option of the function (none dropped).
+  advantages.check_options(name, options)
+
+
+@pytest.mark.parametrize("name", advantages.names())
+def test_unknown_option_names_the_key_and_the_allowed_ones(name):
+  allowed = advantages.ESTIMATORS.options(
+      name, exclude=advantages.ESTIMATORS.entry(name).meta["reads"])
+  with pytest.raises(ValueError, match=r"'nope'.*use one of") as error:
+    advantages.make(name, nope=1)
+  for option in allowed:
+    assert option in str(error.value)
+  with pytest.raises(ValueError, match=r"advantage\.kwargs\.nope"):
+    advantages.check_options(name, {"nope": 1}, field="advantage.kwargs")
+
+
+def test_group_data_is_not_an_option():
+  with pytest.raises(ValueError, match="valid"):
+    advantages.make("grpo", valid=None)
+  with pytest.raises(ValueError, match="weights"):
+    advantages.make("gdpo", weights=jnp.ones(2))
+  with pytest.raises(ValueError, match=r"'scale'.*eps, ddof"):
+    advantages.make("gdpo", scale="batch")  # GDPO has no scale option
+
+
+def test_unknown_estimator_lists_the_known_ones():
+  with pytest.raises(ValueError, match="dr_grpo, gdpo, grpo, rloo"):
+    advantages.make("ppo")
+
+
+def test_pure_functions_are_the_registered_ones():
+  assert advantages.get("grpo") is advantages.grpo
+  assert advantages.get("gdpo") is advantages.gdpo
+  assert {"dr_grpo", "gdpo", "grpo", "rloo"} <= set(advantages.names())
+
+
+def range_toy(rewards):
+  """A new estimator: A = (R - mean_g R) / (max_g R - min_g R + 1e-6)."""
+  spread = rewards.max(-1, keepdims=True) - rewards.min(-1, keepdims=True)
+  return _kit.centered(rewards, -1) / (spread + 1e-6)
+
+
+def test_a_toy_estimator_registered_in_scope_runs_under_every_law():
+  before = advantages.names()
+  with advantages.ESTIMATORS.scoped():
+    _kit.register(input="PG", output="group", paper="toy")(range_toy)
+    assert "range_toy" in advantages.names()
+    ran = testing.check_estimator("range_toy")
+    assert ran == tuple(law.__name__ for law, _ in testing.ESTIMATOR_LAWS)
+    for law, _ in testing.ESTIMATOR_LAWS:
+      run_law(law, advantages.make("range_toy"))
+  assert advantages.names() == before
+  with pytest.raises(ValueError, match="unknown"):
+    advantages.make("range_toy")
+
+
+def leaky_batch_toy(rewards):
+  """Divides by the std of the whole batch, fillers included: a defect."""
+  return (rewards - rewards.mean(-1, keepdims=True)) / (rewards.std() + 1e-6)
+
+
+def test_the_laws_catch_a_filler_leak_and_coupled_groups():
+  with advantages.ESTIMATORS.scoped():
+    _kit.register(input="PG", output="group", paper="toy")(leaky_batch_toy)
+    estimator = advantages.make("leaky_batch_toy")
+    with pytest.raises(AssertionError):
+      run_law(testing.check_fillers_are_ignored, estimator)
+    with pytest.raises(AssertionError):
+      run_law(testing.check_groups_independent, estimator)
+    run_law(testing.check_shift_invariance, estimator)
