@@ -1,8 +1,8 @@
 """DAPO (arXiv 2503.14476): clip-higher, token mean, dynamic sampling.
 
 PPO clip with eps_low=0.2, eps_high=0.28; ``token_mean`` aggregation; no KL;
-groups whose accuracy does not vary are resampled (dynamic sampling);
-overlong reward shaping in tokens.
+groups whose accuracy does not vary are resampled (the dynamic_sampling
+group strategy); overlong reward shaping in tokens (the overlong shaper).
 
 Paper's setup: 512 prompts x 16 completions per rollout, mini-batches of
 512 completions, "16 gradient updates for each rollout step", lr 1e-6.
@@ -27,10 +27,11 @@ def get_config(arg=None):
   c.objective.kwargs.aggregation = "token_mean"
   c.kl.beta = 0.0
   c.train.num_minibatches = 4
-  c.rollout.dynamic_sampling = True
-  c.rewards.overlong.enabled = True
+  # Resample groups whose accuracy does not vary (3 rounds at most).
+  c.groups.name = "dynamic_sampling"
+  c.groups.kwargs = dict(max_rounds=3, signal_reward="accuracy")
   # References: --config.rollout.max_new_tokens=... moves them too.
   max_new_tokens = c.rollout.get_ref("max_new_tokens")
-  c.rewards.overlong.max_length = max_new_tokens
-  c.rewards.overlong.cache_length = max_new_tokens // 4
+  c.rewards.shapers.overlong = dict(weight=1.0, max_length=max_new_tokens,
+                                    cache_length=max_new_tokens // 4)
   return config_lib.finalize(c, arg)

@@ -8,6 +8,10 @@ Command:
   python -m experiments.train --config=configs/quickstart.py --workdir=runs/quickstart
   python -m experiments.evaluate --config=configs/quickstart.py --checkpoint=runs/quickstart --num_problems=40
 
+It stays on policy, one optimiser step per batch as in GRPO's paper (no
+old log-prob pass): the README's before/after figures were measured so;
+an off-policy quickstart has not been measured.
+
 Expect: metrics.jsonl, TensorBoard events, curves.png and a final checkpoint
 in runs/quickstart; reward rising and completions getting shorter over the
 run, and held-out greedy accuracy above the base model's (README: measured
@@ -25,8 +29,6 @@ def get_config(arg=None):
   c.rollout.num_prompts = 2
   c.rollout.num_generations = 4
   c.rollout.max_new_tokens = 40
-  c.rewards.overlong.max_length = 40
-  c.rewards.overlong.cache_length = 10
   c.kl.beta = 0.0
   c.optimizer.learning_rate = 2e-5
   c.train.num_steps = 40

@@ -9,7 +9,6 @@ where a comment says so.
 model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
-import inspect
 
 import ml_collections
 
@@ -50,26 +49,24 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0
   c.rollout.top_k = 0             # 0 = off
   c.rollout.top_p = 1.0
-  # DAPO dynamic sampling: resample until P groups have reward variance;
-  # groups still without it after max_rounds are masked out of the loss.
-  c.rollout.dynamic_sampling = False
-  c.rollout.max_rounds = 3
-  # The reward whose variation within a group counts as signal for dynamic
-  # sampling (DAPO: accuracy); "" is the verifier, rewards.functions[0].
-  c.rollout.signal_reward = ""
-  # Drop truncated completions' tokens from the loss (mask and denominator).
-  c.rollout.mask_truncated = False
+
+  # The stages of a step (grpo_jax.rollout), each a registered component
+  # named here with its options: `select` (strategies.SELECTIONS), `groups`
+  # (strategies.GROUP_STRATEGIES, e.g. DAPO's dynamic_sampling with
+  # max_rounds and signal_reward), `credit` (credit.CREDIT), `rows`
+  # (strategies.ROW_STRATEGIES, e.g. mask_truncated).
+  for stage, name in (("select", "uniform"), ("groups", "all_groups"),
+                      ("credit", "uniform"), ("rows", "all_rows")):
+    c[stage] = ml_collections.ConfigDict(
+        dict(name=name, kwargs=ml_collections.ConfigDict()))
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.functions = ("accuracy", "format")
   c.rewards.weights = (1.0, 0.1)
-  # DAPO overlong shaping, in tokens: penalty ramps from 0 at
-  # max_length - cache_length to -1 at max_length.
-  c.rewards.overlong = ml_collections.ConfigDict()
-  c.rewards.overlong.enabled = False
-  c.rewards.overlong.max_length = 96
-  c.rewards.overlong.cache_length = 24
-  c.rewards.overlong.weight = 1.0
+  # Reward shapers (rewards.SHAPERS), each one more reward column: name ->
+  # its options and weight, e.g. DAPO's
+  #   overlong=dict(weight=1.0, max_length=96, cache_length=24).
+  c.rewards.shapers = ml_collections.ConfigDict()
 
   c.advantage = ml_collections.ConfigDict()
   # An `advantages` name: grpo, dr_grpo, rloo, or gdpo (GDPO normalises each
@@ -136,8 +133,6 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.rollout.num_generations = max(2, min(c.rollout.num_generations, 4))
   c.mesh.shape = (1, 1, 1)  # one device: tiny batches need not split evenly
   c.rollout.max_new_tokens = 8
-  c.rewards.overlong.max_length = 8
-  c.rewards.overlong.cache_length = 2
   if "horizon" in c.objective.kwargs:
     c.objective.kwargs.horizon = c.rollout.max_new_tokens
   c.optimizer.learning_rate = 1e-3
@@ -169,16 +164,13 @@ def _check_choice(field, value, choices):
           f"choose one of {', '.join(map(str, choices))}")
 
 
-def _check_kwargs(field, fn, kwargs, positional):
-  """Every key of `kwargs` must be a keyword argument of `fn`."""
-  params = inspect.signature(fn).parameters
-  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-    return
-  allowed = [n for n in params if n not in positional]
-  for key in kwargs:
-    if key not in allowed:
-      _fail(f"{field}.{key}", f"{fn.__name__} takes no argument {key!r}",
-            f"use one of {', '.join(allowed) or '(none)'}")
+def _check_component(field, make, name, kwargs):
+  """A stage component's own checks (its name, option names and values)
+  as a config error naming `field`."""
+  try:
+    return make(name, **kwargs)
+  except ValueError as e:
+    _fail(field, str(e).rstrip("."), f"see --config.{field}")
 
 
 def _positive(c, field, *, allow_zero=False):
@@ -196,8 +188,8 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   Called before any model is loaded or any function compiled.
   """
   # Late imports: configs stay importable without jax until validation.
-  from grpo_jax import advantages, aggregation, kl, objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+  from grpo_jax import advantages, credit, kl, objectives  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rewards, strategies  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
     _fail("model.name", "is empty",
@@ -219,8 +211,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "give positive prompt lengths, e.g. (64, 128)")
 
   r = c.rollout
-  for field in ("num_prompts", "num_generations", "max_new_tokens",
-                "max_rounds"):
+  for field in ("num_prompts", "num_generations", "max_new_tokens"):
     _positive(c, f"rollout.{field}")
   _positive(c, "rollout.temperature")
   _positive(c, "rollout.top_k", allow_zero=True)
@@ -239,28 +230,42 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           f"has {len(c.rewards.weights)} entries for "
           f"{len(c.rewards.functions)} reward functions",
           "give one weight per reward function")
-  o = c.rewards.overlong
-  if o.enabled:
-    if not 0 <= o.cache_length < o.max_length:
-      _fail("rewards.overlong.cache_length",
-            f"{o.cache_length} is not in [0, max_length={o.max_length})",
-            "set 0 <= cache_length < max_length")
-    if o.max_length > r.max_new_tokens:
-      _fail("rewards.overlong.max_length",
-            f"{o.max_length} exceeds rollout.max_new_tokens={r.max_new_tokens}",
+  for name, options in c.rewards.shapers.items():
+    field = f"rewards.shapers.{name}"
+    if "weight" not in options:
+      _fail(field, "has no weight", f"set --config.{field}.weight=1.0")
+    _check_component(field, rewards.make_shaper, name,
+                     {k: v for k, v in options.items() if k != "weight"})
+    if options.get("max_length", 0) > r.max_new_tokens:
+      _fail(f"{field}.max_length", f"{options['max_length']} exceeds "
+            f"rollout.max_new_tokens={r.max_new_tokens}",
             "set max_length <= rollout.max_new_tokens")
 
-  # The reward columns: the functions', then the overlong shaper's.
-  columns = tuple(c.rewards.functions) + (("overlong",) if o.enabled else ())
-  if r.signal_reward and r.signal_reward not in columns:
-    _fail("rollout.signal_reward", f"{r.signal_reward!r} is not a configured "
+  for stage, known in (("select", strategies.SELECTIONS),
+                       ("groups", strategies.GROUP_STRATEGIES),
+                       ("credit", credit.CREDIT),
+                       ("rows", strategies.ROW_STRATEGIES)):
+    _check_choice(f"{stage}.name", c[stage].name, known.names())
+  groups = _check_component("groups.kwargs", strategies.make_group_strategy,
+                            c.groups.name, c.groups.kwargs)
+  _check_component("select.kwargs", strategies.make_selection, c.select.name,
+                   dict(c.select.kwargs,
+                        rounds_per_step=groups.rounds_per_step))
+  _check_component("credit.kwargs", credit.make, c.credit.name,
+                   c.credit.kwargs)
+  _check_component("rows.kwargs", strategies.make_row_strategy, c.rows.name,
+                   c.rows.kwargs)
+  # The reward columns: the functions', then the shapers'.
+  columns = tuple(c.rewards.functions) + tuple(c.rewards.shapers)
+  signal = c.groups.kwargs.get("signal_reward", "")
+  if signal and signal not in columns:
+    _fail("groups.kwargs.signal_reward", f"{signal!r} is not a configured "
           "reward", f"choose one of {', '.join(columns)}, or '' for "
           f"{columns[0]!r}")
 
   _check_choice("advantage.name", c.advantage.name, advantages.names())
-  # The estimator checks its own options.
-  advantages.check_options(c.advantage.name, c.advantage.kwargs,
-                           field="config.advantage.kwargs")
+  _check_component("advantage.kwargs", advantages.make, c.advantage.name,
+                   c.advantage.kwargs)
 
   _check_choice("objective.name", c.objective.name, objectives.names())
   # The objective checks its own options (names, then values).

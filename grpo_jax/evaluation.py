@@ -11,9 +11,11 @@ import jax
 import numpy as np
 
 from grpo_jax import data as data_lib
+from grpo_jax import models
 from grpo_jax import rewards
 from grpo_jax import rollout
 from grpo_jax import sampling
+from grpo_jax import optim
 from grpo_jax import train
 
 
@@ -22,7 +24,7 @@ def completions(params, model_config, tokenizer, examples, key, *,
                 greedy: bool, buckets, system_prompt: str = "",
                 batch_size: int = 16) -> list:
   """Texts of `num_samples` completions per example, example-major."""
-  eos_ids, pad_id = rollout.eos_and_pad(tokenizer)
+  eos_ids, pad_id = models.eos_and_pad(tokenizer)
   texts = []
   for start in range(0, len(examples), batch_size):
     chunk = examples[start:start + batch_size]
@@ -63,16 +65,16 @@ def evaluate(config, *, checkpoint: Optional[str] = None,
   Returns:
     dict with greedy_accuracy, pass_at_k, k, num_problems, step.
   """
-  model_config, params, tokenizer = rollout.load_model(
+  model_config, params, tokenizer = models.load_model(
       config.model.name, seed=config.seed)
   step = 0
   if checkpoint:
-    optimizer = train.make_optimizer(**config.optimizer)
+    optimizer = optim.make_optimizer(**config.optimizer)
     template = train.init_state(params, optimizer, seed=config.seed,
                                 components=train.make_components(config))
     state, metadata = train.restore(checkpoint, template)
     params, step = state.params, metadata["step"]
-  examples = rollout.make_task(config.data, seed=config.seed).heldout(
+  examples = data_lib.make_task(config.data, seed=config.seed).heldout(
       num_problems)
   common = dict(max_new_tokens=config.rollout.max_new_tokens,
                 buckets=tuple(config.data.prompt_buckets),

@@ -23,6 +23,14 @@ exactly as the trainer does (PITFALLS: temperature on one side only): it uses
 `project_logits` and the same float32 rounding, ``(z - max) - log(sum(exp(z -
 max)))``. `tempered_log_softmax` is that formula over a whole [..., V] array
 (the naive reference of the tests and the loss benchmark).
+
+Temperature is one number or one per row (``[N]``, the sampler's per-row
+temperatures, broadcast as ``[N, 1, 1]`` over a chunk's ``[N, C, V]`` logits).
+A row temperature of 0 marks a greedy row of the sampler; its tokens are
+scored at temperature 1, as the sampler records them (`scoring_temperature`),
+so the trainer passes the sampler's temperatures unchanged. Temperature is an
+operand, not a static argument: changing it never recompiles, and no gradient
+flows to it.
 """
 
 from typing import NamedTuple, Optional
@@ -64,25 +72,45 @@ def project_logits(hidden, unembedding):
       preferred_element_type=jnp.float32)
 
 
-def tempered_log_softmax(logits, temperature: float = 1.0):
-  """``log softmax(logits / temperature)`` in float32 over the last axis.
+def scoring_temperature(temperature):
+  """The temperature a row's tokens are scored at: ``tau``, or 1 where ``tau = 0``.
+
+  The sampler decodes a row of temperature 0 greedily (argmax) and records its
+  tokens' log-probs at temperature 1 (a point mass has no useful log-prob);
+  `token_logprobs` applies the same rule, so both sides agree row by row.
+
+  Args:
+    temperature: [N] (or [], or any shape) float32, >= 0.
+
+  Returns:
+    float32 array of the same shape, > 0.
+  """
+  temperature = jnp.asarray(temperature, jnp.float32)
+  return jnp.where(temperature > 0, temperature, jnp.float32(1.0))
+
+
+def tempered_log_softmax(logits, temperature=1.0):
+  """``log softmax(logits / tau)`` in float32 over the last axis.
 
   The sampler draws from this distribution and `token_logprobs` scores with it;
   using the same temperature on both sides keeps the importance ratio at 1 for
-  an unchanged policy.
+  an unchanged policy. ``tau`` is `scoring_temperature(temperature)`.
 
   Args:
-    logits: [..., V] logits, any float dtype.
-    temperature: positive; a Python float, or a traced scalar in a jitted
-      sampler (checked only when concrete).
+    logits: [N, ..., V] logits, any float dtype.
+    temperature: >= 0; a Python float or a [] array (every row), or [N] (row n
+      of logits at temperature[n]); traced values are checked for shape only.
 
   Returns:
-    [..., V] float32 log-probabilities.
+    [N, ..., V] float32 log-probabilities.
   """
-  if not isinstance(temperature, jax.core.Tracer):
-    temperature = _check_temperature(temperature)
-  return jax.nn.log_softmax(_temper(logits.astype(jnp.float32), temperature),
-                            axis=-1)
+  num_rows = logits.shape[0] if logits.ndim > 1 else None
+  temperature = _row_temperatures(temperature, num_rows)
+  # [N] -> [N, 1, ..., 1] against [N, ..., V]; a scalar broadcasts as it is.
+  if temperature.ndim:
+    temperature = temperature.reshape(
+        temperature.shape + (1,) * (logits.ndim - 1))
+  return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
 
 
 def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
@@ -107,11 +135,11 @@ def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
   return max(multiple, rows // multiple * multiple)
 
 
-def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
+def token_logprobs(hidden, unembedding, targets, *, temperature=1.0,
                    chunk_size: Optional[int] = None) -> TokenLogprobs:
-  """Log-probs of `targets` and entropies under ``softmax(h @ W / temperature)``.
+  """Log-probs of `targets` and entropies under ``softmax(h @ W / tau_n)``.
 
-      z_{nt}    = hidden[n, t] @ unembedding / temperature
+      z_{nt}    = hidden[n, t] @ unembedding / tau_n
       logp_{nt} = z_{nt}[targets[n, t]] - logsumexp(z_{nt})
       H_{nt}    = -sum_v p_v log p_v,   p = softmax(z_{nt})
 
@@ -135,7 +163,11 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
       positions that predict `targets`.
     unembedding: [D, V] output projection.
     targets: [N, T] integer token ids.
-    temperature: positive Python float; the sampler's temperature.
+    temperature: the sampler's temperature, >= 0: a Python float or []
+      array for every row, or [N] per row (may be traced under jit; values
+      are checked when concrete). Row n is scored at ``tau_n =
+      scoring_temperature(temperature)[n]``: a greedy row (0) at 1, as the
+      sampler records it. No gradient flows to it.
     chunk_size: positions (of the N*T) per chunk, rounded down to whole
       columns of N and at least one column; None picks
       `default_chunk_size(V)` for the current backend.
@@ -144,7 +176,10 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
     TokenLogprobs(logp [N, T] float32, entropy [N, T] float32).
   """
   _check_inputs(hidden, unembedding, targets)
-  temperature = _check_temperature(temperature)
+  n, t, _ = hidden.shape
+  # One code path: every temperature becomes [N] rows here. A per-token
+  # temperature would be [N, T], sliced per chunk like `targets`.
+  temperature = jnp.broadcast_to(_row_temperatures(temperature, n), (n,))
   vocab_size = unembedding.shape[1]
   if chunk_size is None:
     chunk_size = default_chunk_size(vocab_size)
@@ -153,7 +188,6 @@ def token_logprobs(hidden, unembedding, targets, *, temperature: float = 1.0,
     raise ValueError(
         f"chunk_size must be a positive int (positions per chunk) or None; "
         f"got {chunk_size!r}.")
-  n, t, _ = hidden.shape
   if n * t == 0:
     empty = jnp.zeros((n, t), jnp.float32)
     return TokenLogprobs(empty, empty)
@@ -196,24 +230,49 @@ def _check_inputs(hidden, unembedding, targets) -> None:
         f"axes); got shape {targets.shape}.")
 
 
-def _check_temperature(temperature) -> float:
-  try:
-    value = float(temperature)
-  except (TypeError, jax.errors.ConcretizationTypeError) as error:
+def check_temperature(temperature, num_rows: Optional[int]) -> None:
+  """ValueError naming `temperature` unless it is a float or [N], all >= 0.
+
+  The sampler and `token_logprobs` share this check. Values are checked where
+  they are known: a Python float is, even under jit; a traced array is not.
+
+  Args:
+    temperature: a float, a [] array, or [N] (one per row); 0 marks a greedy
+      row.
+    num_rows: N.
+  """
+  shape = np.shape(temperature)
+  if len(shape) > 1 or (len(shape) == 1 and shape[0] != num_rows):
     raise ValueError(
-        "temperature must be a concrete positive Python float (it is a "
-        f"hyperparameter, not a traced value); got {temperature!r}.") from error
-  if not (np.isfinite(value) and value > 0):
-    raise ValueError(f"temperature must be finite and > 0; got {temperature!r}.")
-  return value
+        f"temperature must be a scalar or [N] = [{num_rows}] (one per row); "
+        f"got shape {shape}. (A per-token [N, T] temperature is not "
+        "supported yet.)")
+  # Read the input itself: jnp.asarray would stage a Python float out as a
+  # tracer under jit.
+  if not isinstance(temperature, jax.core.Tracer):
+    try:
+      values = np.asarray(temperature, np.float64)
+    except (TypeError, ValueError):
+      values = np.array(np.nan)  # not a number: the error below
+    if not (np.isfinite(values).all() and (values >= 0).all()):
+      raise ValueError(
+          f"temperature must be finite and >= 0 (0: a greedy row, scored at "
+          f"1); got {temperature!r}.")
 
 
-def _temper(logits, temperature: float):
-  # Division, not multiplication by 1/temperature: the sampler and the trainer
-  # must round identically.
-  if isinstance(temperature, float) and temperature == 1.0:
-    return logits
-  return logits / temperature
+def _row_temperatures(temperature, num_rows: Optional[int]):
+  """`check_temperature`, then the float32 `scoring_temperature` ([] or [N])."""
+  check_temperature(temperature, num_rows)
+  return scoring_temperature(temperature)
+
+
+def _temper(logits, temperature):
+  """[N, C, V] logits / [N] row temperatures.
+
+  The sampler writes the same ``z / tau[:, None]``, so both round alike (XLA
+  turns either into ``z * (1 / tau)``); ``z / 1`` is exact.
+  """
+  return logits / temperature[:, None, None]
 
 
 def _chunk_start(i, chunk: int, length: int):
@@ -231,7 +290,7 @@ def _columns(x, start, chunk: int):
   return lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
 
 
-def _chunk_forward(hidden, unembedding, targets, temperature: float):
+def _chunk_forward(hidden, unembedding, targets, temperature):
   """(logp, logsumexp, entropy), each [N, C], for one chunk of columns."""
   z = _temper(project_logits(hidden, unembedding), temperature)
   z_max = lax.stop_gradient(z.max(axis=-1, keepdims=True))
@@ -251,6 +310,7 @@ def _chunk_forward(hidden, unembedding, targets, temperature: float):
 
 
 def _forward_columns(temperature, chunk, hidden, unembedding, targets):
+  """temperature: [N] row temperatures; chunk: static columns per chunk."""
   n, t = targets.shape
 
   def body(i, buffers):
@@ -267,11 +327,12 @@ def _forward_columns(temperature, chunk, hidden, unembedding, targets):
 def _logprobs_fwd(hidden, unembedding, targets, temperature, chunk):
   logp, lse, entropy = _forward_columns(temperature, chunk, hidden,
                                         unembedding, targets)
-  return (logp, entropy), (hidden, unembedding, targets, lse, entropy)
+  return (logp, entropy), (hidden, unembedding, targets, temperature, lse,
+                           entropy)
 
 
-def _logprobs_bwd(temperature, chunk, residuals, cotangents):
-  hidden, unembedding, targets, lse, entropy = residuals
+def _logprobs_bwd(chunk, residuals, cotangents):
+  hidden, unembedding, targets, temperature, lse, entropy = residuals
   g_logp, g_entropy = cotangents
   n, t, _ = hidden.shape
   vocab = unembedding.shape[1]
@@ -309,7 +370,9 @@ def _logprobs_bwd(temperature, chunk, residuals, cotangents):
           jnp.zeros(unembedding.shape, jnp.float32))
   d_hidden, d_unembedding = lax.fori_loop(0, _num_chunks(chunk, t), body,
                                           init)
-  return d_hidden, d_unembedding.astype(unembedding.dtype), None
+  # Temperature is a hyperparameter: no gradient flows to it.
+  return (d_hidden, d_unembedding.astype(unembedding.dtype), None,
+          jnp.zeros_like(temperature))
 
 
 def _logprobs_impl(hidden, unembedding, targets, temperature, chunk):
@@ -318,5 +381,7 @@ def _logprobs_impl(hidden, unembedding, targets, temperature, chunk):
   return logp, entropy
 
 
-_logprobs = jax.custom_vjp(_logprobs_impl, nondiff_argnums=(3, 4))
+# Temperature ([N]) is an operand so that it may be traced; only the chunk
+# width is static.
+_logprobs = jax.custom_vjp(_logprobs_impl, nondiff_argnums=(4,))
 _logprobs.defvjp(_logprobs_fwd, _logprobs_bwd)

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 
 
-def _safe_divide(total, count):
+def safe_divide(total, count):
+  """total / count, and 0 where count is 0 (no NaN, no gradient blow-up)."""
   return jnp.where(count > 0, total / jnp.maximum(count, 1e-12), 0.0)
 
 
@@ -48,7 +49,7 @@ class Mean(NamedTuple):
     return Mean(self.total + other.total, self.weight + other.weight)
 
   def value(self):
-    return _safe_divide(self.total, self.weight)
+    return safe_divide(self.total, self.weight)
 
 
 class Moments(NamedTuple):
@@ -65,7 +66,7 @@ class Moments(NamedTuple):
     values = jnp.asarray(values, jnp.float32)
     real = jnp.asarray(mask) > 0
     count = jnp.sum(real.astype(jnp.float32))
-    mean = _safe_divide(jnp.sum(jnp.where(real, values, 0.0)), count)
+    mean = safe_divide(jnp.sum(jnp.where(real, values, 0.0)), count)
     m2 = jnp.sum(jnp.where(real, jnp.square(values - mean), 0.0))
     return cls(count, mean, m2,
                jnp.max(jnp.where(real, values, -jnp.inf)),
@@ -76,7 +77,7 @@ class Moments(NamedTuple):
     # where E[x^2] - E[x]^2 would cancel (ratios within 1e-3 of 1).
     count = self.count + other.count
     delta = other.mean - self.mean
-    share = _safe_divide(other.count, count)
+    share = safe_divide(other.count, count)
     return Moments(
         count,
         self.mean + delta * share,
@@ -86,7 +87,7 @@ class Moments(NamedTuple):
 
   def variance(self):
     """The population variance about the mean."""
-    return _safe_divide(self.m2, self.count)
+    return safe_divide(self.m2, self.count)
 
   def value(self):
     some = self.count > 0

@@ -100,10 +100,11 @@ def plot(records: Iterable[Mapping], path: str,
   records = list(records)
   if not records:
     return None
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+  # A bare Figure, not pyplot: the process's backend (a notebook's inline
+  # one) stays as it is.
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(4 * len(panels), 3.2))
+  axes = fig.subplots(1, len(panels))
   steps = [r["step"] for r in records]
   for ax, (title, candidates) in zip(np.atleast_1d(axes), panels):
     key = next((k for k in candidates if any(k in r for r in records)), None)
@@ -119,5 +120,4 @@ def plot(records: Iterable[Mapping], path: str,
     ax.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=80)
-  plt.close(fig)
   return path

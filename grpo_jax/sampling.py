@@ -40,6 +40,15 @@ and temperature ``tau`` each generated token ``y`` gets two numbers,
 Greedy decoding samples from a point mass, so its ``logprobs`` are 0, and its
 ``tempered_logprobs`` use ``tau = 1`` (``log_softmax(z)[y]``).
 
+Temperature is per row: a float (every row) or an ``[N]`` array (row ``p*G +
+g``), normalised to ``[N]`` at entry and broadcast as ``[N, 1]`` against each
+step's ``[N, V]`` logits. A row of temperature 0 decodes greedily while the
+others sample; ``greedy=True`` makes every row greedy (and compiles no random
+draw). The rule "greedy rows are scored at 1" is
+`logprobs.scoring_temperature`, which `logprobs.token_logprobs` applies too,
+so the trainer scores each row with the sampler's ``[N]`` temperatures as they
+are. The temperature is traced, never static: new values never recompile.
+
 Sharding: traced under ``with jax.set_mesh(mesh):`` (as the trainer does)
 the prefill, the grouped cache and every decode step split their rows over
 ``('data', 'fsdp')`` and the key/value heads over ``'tensor'``
@@ -88,10 +97,10 @@ class SampleOutput(NamedTuple):
       ``max_new_tokens``.
     logprobs: [N, T] float32, log-prob of each token under the distribution it
       was drawn from (tempered and truncated by top-k / top-p, renormalised);
-      0 for greedy decoding and under padding.
+      0 for greedy rows and under padding.
     tempered_logprobs: [N, T] float32, ``log_softmax(logits / temperature)`` at
-      each token (temperature 1 for greedy), what ``token_logprobs`` gives
-      teacher-forced; 0 under padding.
+      each token (temperature 1 for greedy rows), what ``token_logprobs``
+      gives teacher-forced with the same temperatures; 0 under padding.
   """
   tokens: jnp.ndarray
   mask: jnp.ndarray
@@ -149,16 +158,12 @@ def pad_prompts(token_lists: Sequence[Sequence[int]], *,
 
 
 def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
-                  max_new_tokens, temperature, top_k, top_p, greedy):
+                  max_new_tokens, temperature, top_k, top_p):
   """ValueErrors naming the argument for unusable `sample` inputs."""
   if num_samples < 1:
     raise ValueError(f"num_samples must be >= 1; got {num_samples}.")
   if max_new_tokens < 1:
     raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}.")
-  if not greedy and not temperature > 0:
-    raise ValueError(
-        f"temperature must be > 0 when sampling; got {temperature} (use "
-        "greedy=True for argmax decoding).")
   if top_k is not None and not 1 <= top_k <= config.vocab_size:
     raise ValueError(
         f"top_k must be in [1, vocab_size={config.vocab_size}] or None; got "
@@ -173,6 +178,8 @@ def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
     raise ValueError(
         f"prompt_mask has shape {np.shape(prompt_mask)} but prompt_tokens has "
         f"shape {np.shape(prompt_tokens)}; they must match.")
+  logprobs_lib.check_temperature(temperature,
+                                 np.shape(prompt_tokens)[0] * num_samples)
   if isinstance(prompt_mask, jax.core.Tracer):
     return  # Values are checked only when they are known.
   mask = np.asarray(prompt_mask) > 0
@@ -196,20 +203,21 @@ def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
 
 
 def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
-           max_new_tokens: int, temperature: float = 1.0,
+           max_new_tokens: int, temperature=1.0,
            top_k: Optional[int] = None, top_p: Optional[float] = None,
            greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0
            ) -> SampleOutput:
   """Samples G completions for each of P left-padded prompts.
 
-  Each row draws ``y_t ~ q(. | prompt, y_<t)`` with ``q = softmax(z / tau)``,
+  Row n draws ``y_t ~ q(. | prompt, y_<t)`` with ``q = softmax(z / tau_n)``,
   optionally restricted to the ``top_k`` largest logits and then to the smallest
   set whose probability reaches ``top_p`` (nucleus sampling, arXiv:1904.09751),
-  renormalised; ``greedy`` takes ``argmax z``. See the module docstring for the
-  two log-probs returned.
+  renormalised; a greedy row (``tau_n = 0``, or every row with ``greedy``)
+  takes ``argmax z``. See the module docstring for the two log-probs returned.
 
   Compiles once per (prompt bucket Sp, P, config, num_samples, max_new_tokens,
-  greedy, top_k, top_p, eos_ids, pad_id); temperature is not static.
+  greedy, top_k, top_p, eos_ids, pad_id); temperature is traced, so a float
+  and any [N] array share one compile.
 
   Args:
     params: model parameters (`models.init_params` / `models.load`).
@@ -219,10 +227,13 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
     key: PRNG key; pass a fresh one per call (``fold_in(key, step)``).
     num_samples: G completions per prompt; the prompt is prefilled once.
     max_new_tokens: T, the most tokens generated per row.
-    temperature: tau > 0; ignored when greedy.
+    temperature: tau >= 0: a float for every row, or [N] float per row (N =
+      P * num_samples, row p*G + g; may be traced). A row of 0 decodes
+      greedily, its ``logprobs`` 0 and ``tempered_logprobs`` at tau = 1.
+      Ignored when greedy.
     top_k: keep only the k largest logits (None: all).
     top_p: keep the smallest top set of probability >= top_p (None: all).
-    greedy: argmax decoding.
+    greedy: argmax decoding of every row (no random draw is compiled).
     eos_ids: every end-of-sequence id (chat models have several, e.g.
       ``models.eos_ids(tokenizer)``); ``()`` generates exactly T tokens.
     pad_id: the id written after a row has ended.
@@ -232,11 +243,15 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
   """
   _check_inputs(config, prompt_tokens, prompt_mask, num_samples=num_samples,
                 max_new_tokens=max_new_tokens, temperature=temperature,
-                top_k=top_k, top_p=top_p, greedy=greedy)
+                top_k=top_k, top_p=top_p)
+  num_rows = np.shape(prompt_tokens)[0] * int(num_samples)
+  # One code path: every temperature is [N] from here (greedy: all rows 0), so
+  # a float and an array share one compile.
+  temperature = jnp.broadcast_to(
+      jnp.asarray(0.0 if greedy else temperature, jnp.float32), (num_rows,))
   return _sample(
       params, jnp.asarray(prompt_tokens, jnp.int32),
-      jnp.asarray(prompt_mask) > 0, key,
-      jnp.asarray(1.0 if greedy else temperature, jnp.float32),
+      jnp.asarray(prompt_mask) > 0, key, temperature,
       config=config, num_samples=int(num_samples),
       max_new_tokens=int(max_new_tokens), top_k=top_k,
       top_p=None if top_p is None or top_p >= 1 else float(top_p),
@@ -247,10 +262,19 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
 def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
   """Draws one token per row from [N, V] float32 logits.
 
+  Args:
+    logits: [N, V] float32.
+    key: this step's PRNG key.
+    temperature: [N] float32 row temperatures; 0 marks a greedy row.
+    greedy: static; every row greedy (no random draw).
+    top_k, top_p: static truncation, see `sample`.
+
   Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N]); see the
   module docstring.
   """
-  scaled = logits / temperature
+  greedy_rows = temperature == 0  # [N]
+  # [N] -> [N, 1] against [N, V]; greedy rows are scored at 1.
+  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
   # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
   # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
   scaled_max = scaled.max(axis=-1)
@@ -275,11 +299,16 @@ def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
     truncated_logprobs = (
         jnp.take_along_axis(values, choice[:, None], axis=-1)[:, 0]
         - jax.nn.logsumexp(values, axis=-1))
+  if not greedy:
+    # Greedy rows among sampled ones: argmax, from a point mass.
+    tokens = jnp.where(greedy_rows, jnp.argmax(logits, axis=-1), tokens)
   tempered_logprobs = (
       (jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
        - scaled_max) - log_total)
   if truncated_logprobs is None:
     truncated_logprobs = tempered_logprobs
+  if not greedy:
+    truncated_logprobs = jnp.where(greedy_rows, 0.0, truncated_logprobs)
   return tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs
 
 
@@ -369,6 +398,9 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   _TRACE_COUNT += 1
   num_prompts, prompt_length = prompt_tokens.shape
   num_rows = num_prompts * num_samples
+  # `sample` passes [N]; a [] temperature (callers lowering `_sample`
+  # directly) means every row.
+  temperature = jnp.broadcast_to(temperature, (num_rows,))
   cache_length = prompt_length + max_new_tokens
   # Hoisted out of the loop: the (possibly transposed) output matrix.
   unembedding = models.unembedding(params, config)
@@ -395,6 +427,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
 
   def record(state, step, logits):
     """Draws the token of `step` from `logits` and writes it into the state."""
+    # A per-token temperature [N, T] would be read here as temperature[:, step].
     tokens, logprobs, tempered = _next_token(
         logits, jax.random.fold_in(key, step), temperature, greedy=greedy,
         top_k=top_k, top_p=top_p)

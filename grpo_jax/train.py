@@ -4,7 +4,7 @@ One step (see DESIGN.md, "One training step, as data"):
 
 1. `rollout.generate` samples G completions for each of P prompts, scores
    them, computes advantages and the behaviour (and reference) log-probs with
-   `policy_logprobs`, and returns a `rollout.Batch` of N = P*G rows. When the
+   `policy_logprobs`, and returns a `batch_lib.Batch` of N = P*G rows. When the
    batch feeds a single optimiser step the behaviour log-probs are the
    update's own, detached, and that pass is skipped (`rollout.is_on_policy`).
 2. The loop makes ``num_iterations`` passes over the batch in minibatches; each
@@ -38,13 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grpo_jax import advantages
+from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
+from grpo_jax import optim
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sharding
@@ -69,67 +70,11 @@ class TrainState(NamedTuple):
   states: Mapping[str, Any]
 
 
-# ------------------------------------------------------------- optimiser
-
-
-def make_schedule(*, learning_rate: float, warmup_steps: int, decay: str,
-                  total_steps: int, final_lr_fraction: float = 0.1
-                  ) -> optax.Schedule:
-  """Linear warmup to `learning_rate`, then cosine/linear decay or constant.
-
-  Args:
-    learning_rate: peak learning rate (>= 0).
-    warmup_steps: optimiser steps of linear warmup from 0.
-    decay: ``cosine``, ``linear`` or ``constant``.
-    total_steps: optimiser steps of the whole run (warmup included).
-    final_lr_fraction: the decayed learning rate at the end, as a fraction.
-  """
-  if learning_rate < 0:
-    raise ValueError(f"learning_rate must be >= 0; got {learning_rate}.")
-  end = learning_rate * final_lr_fraction
-  decay_steps = max(total_steps - warmup_steps, 1)
-  if decay == "cosine":
-    after = optax.cosine_decay_schedule(
-        learning_rate, decay_steps, alpha=final_lr_fraction)
-  elif decay == "linear":
-    after = optax.linear_schedule(learning_rate, end, decay_steps)
-  elif decay == "constant":
-    after = optax.constant_schedule(learning_rate)
-  else:
-    raise ValueError(
-        f"decay={decay!r} is unknown; choose cosine, linear or constant.")
-  if warmup_steps <= 0:
-    return after
-  warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
-  return optax.join_schedules([warmup, after], [warmup_steps])
-
-
-def make_optimizer(*, learning_rate: float, warmup_steps: int = 0,
-                   decay: str = "constant", total_steps: int = 1,
-                   final_lr_fraction: float = 0.1, weight_decay: float = 0.0,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   max_grad_norm: float = 1.0
-                   ) -> optax.GradientTransformation:
-  """Global-norm clipping, then AdamW on the warmup + decay schedule.
-
-  The learning rate is an injected hyperparameter, so the value used at each
-  step is in the optimiser state (``learning_rate`` measurement).
-  """
-  schedule = make_schedule(
-      learning_rate=learning_rate, warmup_steps=warmup_steps, decay=decay,
-      total_steps=total_steps, final_lr_fraction=final_lr_fraction)
-  return optax.chain(
-      optax.clip_by_global_norm(max_grad_norm),
-      optax.inject_hyperparams(optax.adamw)(
-          learning_rate=schedule, b1=b1, b2=b2, eps=eps,
-          weight_decay=weight_decay))
-
-
 # -------------------------------------------------------------- log-probs
 
 
 # Re-exported: the trainer's log-probs are the rollout's (one definition).
-policy_logprobs = rollout_lib.policy_logprobs
+policy_logprobs = batch_lib.policy_logprobs
 
 
 # ------------------------------------------------------------- the update
@@ -190,7 +135,6 @@ def make_loss_functions(*, model_config: models.ModelConfig,
                         objective: objectives.Objective,
                         regularisers: Sequence[
                             regularisers_lib.Regulariser] = (),
-                        temperature: float = 1.0,
                         chunk_size: int = 4096) -> LossFunctions:
   """The objective plus regularisers on the policy's log-probs.
 
@@ -198,13 +142,16 @@ def make_loss_functions(*, model_config: models.ModelConfig,
     model_config: the policy's `models.ModelConfig`.
     objective: an `objectives.make(...)` record.
     regularisers: `regularisers.make(...)` records (KL when beta > 0).
-    temperature: the sampling temperature (for `policy_logprobs`).
     chunk_size: rows x columns per chunk of the log-prob computation.
+
+  The log-probs use each row's sampling temperature (``Batch.temperature``),
+  so that on policy every ratio is 1.
   """
   def forward(params, micro):
     start = micro.tokens.shape[1] - micro.completion_mask.shape[1]
     return policy_logprobs(params, model_config, micro.tokens,
-                           micro.input_mask, start, temperature=temperature,
+                           micro.input_mask, start,
+                           temperature=micro.temperature,
                            chunk_size=chunk_size)
 
   def behaviour(micro, logp):
@@ -224,13 +171,13 @@ def make_loss_functions(*, model_config: models.ModelConfig,
     _, aux = objective.loss(states["objective"], logp, behaviour(micro, logp),
                             micro.advantages, mask, batch_stats=batch_stats,
                             **reads(objective.reads))
-    loss = _safe_divide(aux.loss_sum, counts["objective"])
+    loss = measures.safe_divide(aux.loss_sum, counts["objective"])
     records = dict(aux.measures(), entropy=measures.Mean.of(
         jax.lax.stop_gradient(entropy), mask))
     for reg in regularisers:
       sc, reg_records = reg.loss(states[reg.name], logp, mask,
                                  **reads(reg.reads))
-      loss += _safe_divide(sc.total, counts[reg.name])
+      loss += measures.safe_divide(sc.total, counts[reg.name])
       records.update(measures.stop_gradient(reg_records))
     if micro.old_logp is None:
       # On policy the sampler's log-probs came from these params: measure
@@ -271,10 +218,10 @@ def make_update_fn(*, model_config: models.ModelConfig,
                    optimizer: optax.GradientTransformation,
                    objective: objectives.Objective,
                    regularisers: Sequence[regularisers_lib.Regulariser] = (),
-                   temperature: float = 1.0, microbatch_size: int = 0,
+                   microbatch_size: int = 0,
                    chunk_size: int = 4096, jit: bool = True) -> Callable:
   """Builds ``update_fn(state, batch) -> (state, records)``: one optimiser
-  step on one minibatch (`rollout.Batch` of M rows).
+  step on one minibatch (`batch_lib.Batch` of M rows).
 
   The gradient is `minibatch_gradient`'s. Non-finite loss or gradients, or
   a minibatch without loss tokens, leave the state unchanged and count as
@@ -285,8 +232,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
   """
   loss_functions = make_loss_functions(
       model_config=model_config, objective=objective,
-      regularisers=regularisers, temperature=temperature,
-      chunk_size=chunk_size)
+      regularisers=regularisers, chunk_size=chunk_size)
 
   def update_fn(state: TrainState, batch):
     grads, loss, records = minibatch_gradient(
@@ -309,7 +255,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
         loss=measures.Mean.scalar(loss),
         grad_norm=measures.Mean.scalar(grad_norm),
         # The rate this update used (inject_hyperparams keeps it in state).
-        learning_rate=measures.Mean.scalar(current_learning_rate(opt_state)),
+        learning_rate=measures.Mean.scalar(optim.current_learning_rate(opt_state)),
         skipped_updates=count(~apply), empty_minibatches=count(empty),
         optimizer_steps=count(jnp.ones((), bool)),
         **state_measures("objective", new_state.states["objective"]))
@@ -318,20 +264,6 @@ def make_update_fn(*, model_config: models.ModelConfig,
   if not jit:
     return update_fn
   return jax.jit(update_fn, donate_argnums=(0,))
-
-
-def _safe_divide(total, count):
-  return jnp.where(count > 0, total / jnp.maximum(count, 1e-12), 0.0)
-
-
-def current_learning_rate(opt_state) -> jnp.ndarray:
-  """The learning rate an injected-hyperparameter optimiser state holds
-  (`make_optimizer`'s), NaN if there is none."""
-  has_hyperparams = lambda node: hasattr(node, "hyperparams")
-  for node in jax.tree.leaves(opt_state, is_leaf=has_hyperparams):
-    if has_hyperparams(node) and "learning_rate" in node.hyperparams:
-      return jnp.asarray(node.hyperparams["learning_rate"], jnp.float32)
-  return jnp.asarray(jnp.nan, jnp.float32)
 
 
 def init_state(params, optimizer, *, seed: int,
@@ -357,18 +289,31 @@ def minibatches(batch, num_minibatches: int):
 # ---------------------------------------------------------------- the loop
 
 
+class Loop(NamedTuple):
+  """The loop's settings, read from the config once by `build`."""
+  num_steps: int
+  num_iterations: int  # passes over each rollout batch
+  num_minibatches: int  # optimiser steps per pass
+  checkpoint_every: int
+  max_to_keep: int
+  tensorboard: bool
+  plot: bool
+
+
 class Run(NamedTuple):
-  """What `build` makes from a config, everything `train` needs."""
+  """What `build` makes from a config, everything `train` needs; nothing
+  reads the config after `build` (it is kept as the checkpoints' metadata)."""
   config: Any
   model_config: models.ModelConfig
   tokenizer: Any
   state: TrainState
   ref_params: Any
   update_fn: Callable
-  # (params, ref_params, step, key, estimator_state)
-  #   -> (batch, measurements, estimator_state)
+  # (params, ref_params, step, key, stage states)
+  #   -> (batch, measurements, stage states): `rollout.generate`.
   rollout_fn: Callable
   mesh: jax.sharding.Mesh  # sampling, log-probs and the update run on it.
+  loop: Loop
 
 
 def total_optimizer_steps(config) -> int:
@@ -377,16 +322,13 @@ def total_optimizer_steps(config) -> int:
 
 
 def make_components(config) -> dict:
-  """Every stateful-or-not component of a config, built once, by the name
-  its state has in ``TrainState.states``: ``advantage`` (the estimator),
-  ``objective`` and each regulariser (``kl`` when ``kl.beta > 0``,
-  aggregated like the objective)."""
+  """Every component of a config, built once, by the name its state has in
+  ``TrainState.states``: the rollout's stages (`rollout.STAGES`: select,
+  groups, advantage, credit, rows), ``objective`` and each regulariser
+  (``kl`` when ``kl.beta > 0``, aggregated like the objective)."""
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
-  components = {
-      "advantage": advantages.make(config.advantage.name,
-                                   **config.advantage.kwargs),
-      "objective": objective}
+  components = dict(rollout_lib.make_components(config), objective=objective)
   if config.kl.beta > 0:
     components["kl"] = regularisers_lib.make(
         "kl", beta=float(config.kl.beta), estimator=config.kl.estimator,
@@ -401,9 +343,9 @@ def build(config) -> Run:
   ``kl.beta > 0``.
   """
   config_lib.validate(config)
-  model_config, params, tokenizer = rollout_lib.load_model(
+  model_config, params, tokenizer = models.load_model(
       config.model.name, seed=config.seed)
-  optimizer = make_optimizer(
+  optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
   components = make_components(config)
   objective = components["objective"]
@@ -423,14 +365,21 @@ def build(config) -> Run:
     ref_params = sharding.shard_params(ref_params, mesh)
   update_fn = make_update_fn(
       model_config=model_config, optimizer=optimizer, objective=objective,
-      regularisers=regularisers, temperature=config.rollout.temperature,
-      microbatch_size=config.train.microbatch_size,
+      regularisers=regularisers, microbatch_size=config.train.microbatch_size,
       chunk_size=config.train.chunk_size, jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh)
-  stage = rollout_lib.from_config(config, model_config, tokenizer,
-                                  estimator=components["advantage"])
+  rollout_fn = rollout_lib.from_config(
+      config, model_config, tokenizer,
+      {name: components[name] for name in rollout_lib.STAGES})
+  loop = Loop(
+      num_steps=config.train.num_steps,
+      num_iterations=config.train.num_iterations,
+      num_minibatches=config.train.num_minibatches,
+      checkpoint_every=config.checkpoint.every,
+      max_to_keep=config.checkpoint.max_to_keep,
+      tensorboard=config.metrics.tensorboard, plot=config.metrics.plot)
   return Run(config, model_config, tokenizer, state, ref_params, update_fn,
-             stage.generate, mesh)
+             rollout_fn, mesh, loop)
 
 
 def train_step(run: Run, state: TrainState, step: int):
@@ -438,20 +387,20 @@ def train_step(run: Run, state: TrainState, step: int):
 
   Returns (state, measurements dict of floats).
   """
-  c = run.config
+  loop = run.loop
   t0 = time.perf_counter()
   # Under the mesh the sampler and the log-prob passes split their rows
   # over ('data', 'fsdp') like the update (see `sharding.constrain`).
   with jax.set_mesh(run.mesh):
-    batch, measurements, estimator_state = run.rollout_fn(
+    batch, measurements, stage_states = run.rollout_fn(
         state.params, run.ref_params, step,
-        jax.random.fold_in(state.key, step), state.states["advantage"])
-  state = state._replace(states=dict(state.states,
-                                     advantage=estimator_state))
+        jax.random.fold_in(state.key, step),
+        {name: state.states[name] for name in rollout_lib.STAGES})
+  state = state._replace(states=dict(state.states, **stage_states))
   t1 = time.perf_counter()
   records = []
-  for _ in range(c.train.num_iterations):
-    for minibatch in minibatches(batch, c.train.num_minibatches):
+  for _ in range(loop.num_iterations):
+    for minibatch in minibatches(batch, loop.num_minibatches):
       state, r = run.update_fn(state, minibatch)
       records.append(r)
   measurements.update(
@@ -465,7 +414,7 @@ def train_step(run: Run, state: TrainState, step: int):
       np.asarray(step + 1, np.int32), state.step.sharding))
   measurements["time/rollout_s"] = t1 - t0
   measurements["time/update_s"] = t2 - t1
-  tokens = float(np.asarray(batch.input_mask).sum()) * c.train.num_iterations
+  tokens = float(np.asarray(batch.input_mask).sum()) * loop.num_iterations
   measurements["tokens_per_s"] = (
       float(np.asarray(batch.completion_mask).sum()) / max(t2 - t0, 1e-9))
   measurements["time/update_tokens_per_s"] = tokens / max(t2 - t1, 1e-9)
@@ -497,10 +446,10 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
     The final TrainState.
   """
   run = run or build(config)
+  loop = run.loop
   os.makedirs(workdir, exist_ok=True)
   checkpointer = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints"),
-      max_to_keep=config.checkpoint.max_to_keep)
+      os.path.join(workdir, "checkpoints"), max_to_keep=loop.max_to_keep)
   # A copy: update_fn donates the state's buffers, and run.state must stay
   # usable (tests reuse one `run` for several trainings).
   state = jax.tree.map(jnp.copy, run.state)
@@ -512,10 +461,10 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   writer = None
   if sharding.is_main_process():
     writer = metrics_lib.MetricsWriter(
-        workdir, start_step=start, tensorboard=config.metrics.tensorboard)
-  metadata = {"config": config.to_json_best_effort()}
+        workdir, start_step=start, tensorboard=loop.tensorboard)
+  metadata = {"config": run.config.to_json_best_effort()}
   try:
-    for step in range(start, config.train.num_steps):
+    for step in range(start, loop.num_steps):
       state, measurements = train_step(run, state, step)
       if writer is not None:
         record = writer.write(step, measurements)
@@ -524,13 +473,13 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
       if callback is not None:
         callback(step, record)
       done = step + 1
-      if done % config.checkpoint.every == 0 or done == config.train.num_steps:
+      if done % loop.checkpoint_every == 0 or done == loop.num_steps:
         checkpointer.save(done, state, metadata)
   finally:
     if writer is not None:
       writer.close()
     checkpointer.close()
-  if writer is not None and config.metrics.plot:
+  if writer is not None and loop.plot:
     metrics_lib.plot(metrics_lib.read(writer.path),
                      os.path.join(workdir, metrics_lib.PLOT_FILE))
   return state

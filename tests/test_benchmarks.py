@@ -7,7 +7,6 @@ import pytest
 from grpo_jax import config as config_lib
 from experiments.benchmarks import step as step_bench
 from grpo_jax import data
-from grpo_jax import rollout
 
 
 def test_defaults_match_the_trl_comparison():
@@ -76,7 +75,7 @@ def test_trl_dataset_holds_grpo_jax_prompts_in_order():
   args = step_bench.parse_args(["--steps", "2"])
   c = step_bench.make_config(args, num_prompts=2)
   dataset = step_bench.trl_dataset(c, num_rows=3)
-  task = rollout.make_task(c.data, seed=c.seed)
+  task = data.make_task(c.data, seed=c.seed)
   expected = [e for s in range(3) for e in task.train(s, 2)]
   assert len(dataset) == 6
   for row, example in zip(dataset, expected):

@@ -9,7 +9,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from configs import grpo as grpo_config
@@ -18,13 +17,14 @@ from grpo_jax import checkpoint
 from grpo_jax import metrics
 from grpo_jax import objectives
 from grpo_jax import testing
+from grpo_jax import optim
 from grpo_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def small_state(objective="r2vpo"):
-  optimizer = train.make_optimizer(learning_rate=1e-3, warmup_steps=2,
+  optimizer = optim.make_optimizer(learning_rate=1e-3, warmup_steps=2,
                                    decay="cosine", total_steps=10)
   params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
   options = {"lam0": 0.5} if objective == "r2vpo" else {}

@@ -45,7 +45,9 @@ def test_variants_set_what_their_papers_say():
   assert load("gspo").train.num_minibatches == 4  # "four minibatches"
   assert load("dapo", "tiny").train.num_minibatches == 4
   assert dapo.kl.beta == 0.0
-  assert dapo.rollout.dynamic_sampling and dapo.rewards.overlong.enabled
+  assert dapo.groups.name == "dynamic_sampling"
+  assert dapo.groups.kwargs.signal_reward == "accuracy"  # not the shaped sum
+  assert "overlong" in dapo.rewards.shapers
   assert load("two_grpo").rollout.num_generations == 2
   assert load("two_grpo", "tiny").rollout.num_generations == 2
   dr = load("dr_grpo")
@@ -70,7 +72,9 @@ def test_variants_set_what_their_papers_say():
     ("optimizer.decay", "step", "optimizer.decay"),
     ("data.ops", ("^",), "data.ops"),
     ("data.task", "mnist", "data.task"),
-    ("rollout.signal_reward", "nope", "rollout.signal_reward"),
+    ("groups.name", "dynamic", "groups.name"),
+    ("rows.name", "truncated", "rows.name"),
+    ("credit.name", "nope", "credit.name"),
 ])
 def test_invalid_values_name_the_field(field, value, named):
   config = load("grpo")
@@ -89,7 +93,7 @@ def test_gdpo_is_an_estimator_and_its_options_are_checked():
   config = load("dapo")
   assert "multi_reward_mode" not in config.rewards
   config.advantage.name = "gdpo"
-  with pytest.raises(ValueError, match=r"advantage\.kwargs\.scale.*eps, ddof"):
+  with pytest.raises(ValueError, match=r"advantage\.kwargs.*'scale'.*eps, ddof"):
     config_lib.validate(config)  # GDPO has no scale
   config.advantage.kwargs = {"eps": 1e-4, "ddof": 1}
   config_lib.validate(config)
@@ -97,16 +101,32 @@ def test_gdpo_is_an_estimator_and_its_options_are_checked():
 
 def test_signal_reward_names_a_configured_reward():
   config = load("dapo")
-  assert config.rollout.signal_reward == ""  # the verifier, accuracy
-  for name in ("accuracy", "format", "overlong"):
-    config.rollout.signal_reward = name
+  for name in ("accuracy", "format", "overlong", ""):
+    config.groups.kwargs.signal_reward = name
     config_lib.validate(config)
-  config.rollout.signal_reward = "length"
-  with pytest.raises(ValueError, match=r"rollout\.signal_reward.*overlong"):
+  config.groups.kwargs.signal_reward = "length"
+  with pytest.raises(ValueError,
+                     match=r"groups\.kwargs\.signal_reward.*overlong"):
     config_lib.validate(config)
-  config.rollout.signal_reward = "overlong"
-  config.rewards.overlong.enabled = False
-  with pytest.raises(ValueError, match=r"rollout\.signal_reward"):
+  config.groups.kwargs.signal_reward = "overlong"
+  config.rewards.shapers = {}
+  with pytest.raises(ValueError, match=r"groups\.kwargs\.signal_reward"):
+    config_lib.validate(config)
+
+
+def test_stage_options_are_checked_by_their_components():
+  config = load("dapo")
+  config.groups.kwargs.max_round = 2  # dynamic_sampling calls it max_rounds
+  with pytest.raises(ValueError, match=r"groups\.kwargs.*max_rounds"):
+    config_lib.validate(config)
+  config = load("dapo")
+  config.rewards.shapers.overlong.cache = 3
+  with pytest.raises(ValueError, match=r"rewards\.shapers\.overlong.*cache_length"):
+    config_lib.validate(config)
+  config = load("grpo")
+  config.rewards.shapers = {"overlong": dict(weight=1.0, max_length=1000,
+                                             cache_length=10)}
+  with pytest.raises(ValueError, match=r"overlong\.max_length.*max_new_tokens"):
     config_lib.validate(config)
 
 
@@ -151,8 +171,8 @@ def test_fields_derived_from_max_new_tokens_follow_an_override():
   a copy would leave a hidden cap at the old length."""
   dapo = load("dapo")
   dapo.rollout.max_new_tokens = 256
-  assert dapo.rewards.overlong.max_length == 256
-  assert dapo.rewards.overlong.cache_length == 64
+  assert dapo.rewards.shapers.overlong.max_length == 256
+  assert dapo.rewards.shapers.overlong.cache_length == 64
   config_lib.validate(dapo)
   dr_grpo = load("dr_grpo")
   dr_grpo.rollout.max_new_tokens = 256

@@ -214,10 +214,9 @@ def _gsm8k_records(builder, split, **kwargs):
 
 
 def test_a_config_with_a_jsonl_task_trains_and_holds_out(tmp_path):
-  """configs' data.task='jsonl' through rollout.make_task, as train and
+  """configs' data.task='jsonl' through data.make_task, as train and
   evaluate use it: every line lands on exactly one side, unchanged."""
   from configs import grpo as grpo_config  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
   path = tmp_path / "problems.jsonl"
   lines = [{"question": f"What is {i} + 1?", "answer": i + 1}
            for i in range(40)]
@@ -225,7 +224,7 @@ def test_a_config_with_a_jsonl_task_trains_and_holds_out(tmp_path):
   config = grpo_config.get_config("tiny")
   config.data.task, config.data.path = "jsonl", str(path)
   config.data.heldout_fraction = 0.25
-  task = rollout.make_task(config.data, seed=0)
+  task = data.make_task(config.data, seed=0)
   train = task.train(0, len(task.train_examples))
   heldout = task.heldout(len(task.heldout_examples))
   assert 0 < len(heldout) < 40 and len(train) + len(heldout) == 40

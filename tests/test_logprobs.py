@@ -7,6 +7,7 @@ import pytest
 from jax.test_util import check_grads
 
 from grpo_jax import logprobs
+from grpo_jax import sampling
 from grpo_jax import testing
 
 N, T, D, V = 3, 5, 8, 37  # N*T = 15 rows: most chunk sizes leave a remainder.
@@ -150,18 +151,118 @@ def test_jit_matches_eager():
   testing.assert_finite(grad(hidden, unembedding))
 
 
-def test_sampler_helpers_agree_with_token_logprobs():
-  """The sampler's tempered_log_softmax(project_logits(.)) scores identically."""
-  hidden, unembedding, targets = _inputs(seed=6, dtype=jnp.bfloat16)
-  logits = logprobs.project_logits(hidden, unembedding)
+@pytest.mark.parametrize("temperature", [
+    0.6, 1.0, np.array([0.6, 0.0, 1.7], np.float32)])
+def test_sampler_step_scores_as_token_logprobs(temperature):
+  """What the sampler records at one decode step (`sampling._next_token` on
+  `project_logits` of a hidden state, as `_sample` calls it) equals
+  `token_logprobs` of the same hidden state and the drawn token, at the same
+  temperature (per row; a greedy row 0 at 1). bf16 inputs, float32 maths."""
+  hidden, unembedding, _ = _inputs(seed=6, t=1, dtype=jnp.bfloat16)
+  logits = logprobs.project_logits(hidden[:, 0], unembedding)  # [N, V]
   assert logits.dtype == jnp.float32
-  log_p = logprobs.tempered_log_softmax(logits, 0.6)
-  expected = jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
-  got = logprobs.token_logprobs(hidden, unembedding, targets, temperature=0.6)
-  testing.assert_close(got.logp, expected, rtol=1e-6, atol=1e-6)
-  reference = jax.nn.log_softmax(
-      (hidden.astype(jnp.float32) @ unembedding.astype(jnp.float32)) / 0.6)
-  testing.assert_close(log_p, reference, rtol=1e-5, atol=1e-5)
+  rows = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (N,))
+  tokens, drawn, tempered = sampling._next_token(  # pylint: disable=protected-access
+      logits, jax.random.key(0), rows, greedy=False, top_k=None, top_p=None)
+  got = logprobs.token_logprobs(hidden, unembedding, tokens[:, None],
+                                temperature=temperature)
+  testing.assert_close(tempered, got.logp[:, 0], rtol=1e-6, atol=1e-6)
+  # Untruncated sampling draws from that same distribution; a greedy row
+  # takes the argmax from a point mass.
+  greedy = np.asarray(rows) == 0
+  testing.assert_close(jnp.where(greedy, 0.0, tempered), drawn, rtol=0,
+                       atol=0)
+  np.testing.assert_array_equal(np.asarray(tokens)[greedy],
+                                np.argmax(np.asarray(logits), -1)[greedy])
+  # Both against an independent float64 reference at scoring temperature.
+  tau = np.where(np.asarray(rows) > 0, np.asarray(rows), 1.0)
+  expected, _ = _numpy_reference(hidden, unembedding, tokens[:, None],
+                                 tau[:, None, None])
+  testing.assert_close(got.logp, expected, rtol=1e-5, atol=1e-5)
+
+
+ROW_TEMPERATURES = np.array([0.5, 1.0, 2.5], np.float32)  # one per row, N = 3
+
+
+def test_row_temperatures_match_naive_and_numpy():
+  """[N] temperatures: row n of logits is divided by temperature[n]."""
+  hidden, unembedding, targets = _inputs(seed=7)
+  out = logprobs.token_logprobs(hidden, unembedding, targets,
+                                temperature=ROW_TEMPERATURES, chunk_size=4)
+  tau = ROW_TEMPERATURES[:, None, None]  # [N] -> [N, 1, 1] over [N, T, V]
+  testing.assert_close(tuple(out), _naive(hidden, unembedding, targets, tau),
+                       rtol=1e-5, atol=1e-5)
+  testing.assert_close(tuple(out), _numpy_reference(hidden, unembedding,
+                                                    targets, tau),
+                       rtol=1e-5, atol=1e-5)
+  # Each row equals that row scored at its own scalar temperature.
+  for row, value in enumerate(ROW_TEMPERATURES):
+    alone = logprobs.token_logprobs(hidden, unembedding, targets,
+                                    temperature=float(value), chunk_size=4)
+    testing.assert_close(tuple(x[row] for x in out),
+                         tuple(x[row] for x in alone), rtol=1e-6, atol=1e-6)
+
+
+def test_row_temperature_gradients_match_naive():
+  hidden, unembedding, targets = _inputs(seed=8)
+  tau = jnp.asarray(ROW_TEMPERATURES)
+  chunked = lambda h, w: tuple(logprobs.token_logprobs(
+      h, w, targets, temperature=tau, chunk_size=4))
+  naive = lambda h, w: _naive(h, w, targets, tau[:, None, None])
+  testing.assert_close(_vjp(chunked, hidden, unembedding),
+                       _vjp(naive, hidden, unembedding), rtol=1e-4, atol=1e-5)
+
+
+def test_zero_row_temperature_scores_at_one():
+  """A greedy row of the sampler (temperature 0) is scored at 1, as the
+  sampler records it; other rows keep theirs."""
+  hidden, unembedding, targets = _inputs(seed=9)
+  mixed = logprobs.token_logprobs(hidden, unembedding, targets,
+                                  temperature=np.array([0.0, 0.5, 0.0]))
+  at_one = logprobs.token_logprobs(hidden, unembedding, targets)
+  at_half = logprobs.token_logprobs(hidden, unembedding, targets,
+                                    temperature=0.5)
+  testing.assert_close(mixed.logp[0::2], at_one.logp[0::2], rtol=0, atol=0)
+  testing.assert_close(mixed.logp[1], at_half.logp[1], rtol=0, atol=0)
+  assert float(jnp.abs(at_one.logp[1] - at_half.logp[1]).max()) > 0.1
+
+
+def test_traced_row_temperatures_compile_once():
+  hidden, unembedding, targets = _inputs(seed=10)
+  traces = []
+
+  @jax.jit
+  def fn(temperature):
+    traces.append(None)
+    return logprobs.token_logprobs(hidden, unembedding, targets,
+                                   temperature=temperature, chunk_size=4)
+
+  for values in ([0.5, 1.0, 2.5], [1.5, 0.0, 0.7]):
+    got = fn(jnp.asarray(values, jnp.float32))
+    expected = logprobs.token_logprobs(hidden, unembedding, targets,
+                                       temperature=np.asarray(values),
+                                       chunk_size=4)
+    testing.assert_close(tuple(got), tuple(expected), rtol=1e-6, atol=1e-6)
+  assert len(traces) == 1
+  # A traced scalar works too (the same rule, every row).
+  scalar = jax.jit(lambda tau: logprobs.token_logprobs(
+      hidden, unembedding, targets, temperature=tau).logp)(jnp.float32(0.5))
+  testing.assert_close(scalar, logprobs.token_logprobs(
+      hidden, unembedding, targets, temperature=0.5).logp, rtol=1e-6,
+                       atol=1e-6)
+
+
+def test_tempered_log_softmax_row_temperatures():
+  logits = jnp.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [3.0, 0.0, 1.0]])
+  got = logprobs.tempered_log_softmax(logits, np.array([0.5, 0.0, 2.0]))
+  # Hand-derived: rows divided by 0.5, 1 (greedy row) and 2.
+  z = np.array([[2.0, 4.0, 8.0], [1.0, 2.0, 4.0], [1.5, 0.0, 0.5]])
+  expected = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  np.testing.assert_allclose(got, expected, rtol=1e-6)
+  # [N] on [N, T, V]: broadcast as [N, 1, 1].
+  stacked = logprobs.tempered_log_softmax(
+      jnp.stack([logits, logits], axis=1), np.array([0.5, 0.0, 2.0]))
+  np.testing.assert_allclose(stacked[:, 1], expected, rtol=1e-6)
 
 
 def test_tempered_log_softmax_accepts_traced_temperature():
@@ -246,9 +347,13 @@ def test_value_and_grad_memory_is_far_below_naive():
     (dict(targets=jnp.zeros((N * T,), jnp.int32)), "targets"),
     (dict(targets=jnp.zeros((N, T))), "targets"),
     (dict(hidden=jnp.zeros((N, T, D), jnp.int32)), "hidden"),
-    (dict(temperature=0.0), "temperature"),
     (dict(temperature=-1.0), "temperature"),
     (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"),
+    (dict(temperature=jnp.array([1.0, -1.0, 1.0])), "temperature"),
+    (dict(temperature=jnp.ones(N + 1)), "temperature"),
+    (dict(temperature=jnp.ones((N, T))), "temperature"),  # per token: not yet
+    (dict(temperature="hot"), "temperature"),
     (dict(chunk_size=0), "chunk_size"),
     (dict(chunk_size=2.5), "chunk_size"),
 ])
@@ -260,14 +365,19 @@ def test_bad_input_raises(args, match):
     logprobs.token_logprobs(**kwargs)
 
 
-def test_traced_temperature_raises():
+def test_python_float_temperature_is_checked_under_jit():
   hidden, unembedding, targets = _inputs()
-  fn = lambda temperature: logprobs.token_logprobs(
-      hidden, unembedding, targets, temperature=temperature)
+  fn = lambda h: logprobs.token_logprobs(h, unembedding, targets,
+                                         temperature=-0.5).logp
   with pytest.raises(ValueError, match="temperature"):
-    jax.jit(fn)(jnp.float32(0.5))
+    jax.jit(fn)(hidden)
+
+
+def test_tempered_log_softmax_bad_temperature_raises():
   with pytest.raises(ValueError, match="temperature"):
-    logprobs.tempered_log_softmax(jnp.zeros((2, 3)), 0.0)
+    logprobs.tempered_log_softmax(jnp.zeros((2, 3)), -0.5)
+  with pytest.raises(ValueError, match="temperature"):
+    logprobs.tempered_log_softmax(jnp.zeros((2, 3)), np.ones(3))
 
 
 def test_loss_benchmark_smoke(tmp_path):

@@ -36,8 +36,8 @@ def tiny_config():
   config.checkpoint.every = 1
   # The random tiny model never answers right; a length penalty that varies
   # within groups gives nonzero advantages, so the params really move.
-  config.rewards.overlong.enabled = True
-  config.rewards.overlong.cache_length = 4
+  config.rewards.shapers.overlong = dict(weight=1.0, max_length=8,
+                                         cache_length=4)
   return config
 
 
@@ -46,7 +46,7 @@ def tiny_config():
 
 def test_to_host_copies_arrays_to_numpy():
   tree = {"a": jnp.arange(6).reshape(2, 3), "b": np.ones(2, np.float32)}
-  host = rollout.to_host(tree)
+  host = sharding.to_host(tree)
   assert isinstance(host["a"], np.ndarray)
   np.testing.assert_array_equal(host["a"], [[0, 1, 2], [3, 4, 5]])
   np.testing.assert_array_equal(host["b"], [1.0, 1.0])
@@ -54,7 +54,7 @@ def test_to_host_copies_arrays_to_numpy():
 
 def test_one_process_gathers_its_own_block():
   block = np.asarray([[1.0, 2.0], [3.0, 4.0]])
-  np.testing.assert_array_equal(rollout.gather_process_blocks(block), block)
+  np.testing.assert_array_equal(sharding.gather_process_blocks(block), block)
 
 
 def test_num_prompts_must_split_over_processes(monkeypatch):
@@ -172,7 +172,7 @@ def worker_main(process_id: int, port: int, workdir: str) -> None:
   params = multihost_utils.process_allgather(state.params, tiled=True)
   np.savez(os.path.join(workdir, f"params_{process_id}.npz"),
            *jax.tree.leaves(params))
-  blocks = rollout.gather_process_blocks(np.full((2,), process_id))
+  blocks = sharding.gather_process_blocks(np.full((2,), process_id))
   # Rows split over both processes (each holds 2 of the 4).
   split = jax.make_array_from_callback(
       (4,), NamedSharding(sharding.mesh_from_config(config.mesh),
@@ -182,7 +182,7 @@ def worker_main(process_id: int, port: int, workdir: str) -> None:
             "device_count": jax.device_count(), "writers": len(writers),
             "blocks": blocks.tolist(), "records": records,
             "split_is_addressable": split.is_fully_addressable,
-            "split_to_host": rollout.to_host(split).tolist(),
+            "split_to_host": sharding.to_host(split).tolist(),
             "initial_leaf": np.asarray(initial_leaf).tolist()}
   with open(os.path.join(workdir, f"result_{process_id}.json"), "w") as f:
     json.dump(result, f)

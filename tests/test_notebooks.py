@@ -5,6 +5,7 @@ Skipped when nbclient / nbformat / ipykernel are missing (the `test` and
 """
 
 import pathlib
+import re
 
 import pytest
 
@@ -12,10 +13,11 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from grpo_jax.testing import objective_laws  # pylint: disable=g-import-not-at-top
 from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
 
 COLAB = pathlib.Path(__file__).resolve().parent.parent / "colab"
-NOTEBOOKS = ("objectives.ipynb", "quickstart.ipynb")
+NOTEBOOKS = ("new_variant.ipynb", "objectives.ipynb", "quickstart.ipynb")
 
 
 def execute(name: str, *, timeout: int):
@@ -75,6 +77,40 @@ def test_objectives_notebook_runs_and_draws_every_objective():
   assert f"drew {len(objectives.names()) + 3} curves" in text
   # The overview, then one figure per curve.
   assert image_count(notebook) == 1 + len(objectives.names()) + 3
+
+
+def test_new_variant_notebook_registers_checks_trains_and_restores():
+  """The researcher's first hour: a new clip registered in one cell passes
+  every contract law, trains off policy beside ppo_clip on the tiny preset
+  (the toy reward rises, the clip acts), is plotted, and the scoped
+  registrations leave the registries as they were."""
+  notebook = execute("new_variant.ipynb", timeout=300)
+  text = stream_text(notebook)
+  for law in objective_laws.OBJECTIVE_LAWS:
+    assert f"passed {law.__name__}" in text
+  assert "FAILED" not in text
+  assert f"passed all {len(objective_laws.OBJECTIVE_LAWS)} laws" in text
+  for name in ("ppo_clip", "abs_clip"):
+    found = re.search(
+        rf"trained {name} for (\d+) steps: reward ([\d.]+) -> ([\d.]+), "
+        r"clip fraction up to ([\d.]+)", text)
+    assert found, f"no training line for {name} in:\n{text}"
+    steps, first, last, clip = found.groups()
+    assert int(steps) >= 10
+    assert float(last) > float(first) + 0.3, found.group(0)
+    # Two minibatches per batch: the second step is off policy, so the clip
+    # cuts some tokens (on policy it never would).
+    assert float(clip) > 0.0, found.group(0)
+  # Closing the scope removed the notebook's objective and reward function:
+  # the registries end as they began.
+  for kind, added in (("objectives", "abs_clip"),
+                      ("reward functions", "digit_share")):
+    before = re.search(rf"^{kind}: (.*)$", text, re.M)
+    after = re.search(rf"^{kind} restored: (.*)$", text, re.M)
+    assert before and after, text
+    assert after.group(1) == before.group(1)
+    assert added not in after.group(1).split(", ")
+  assert image_count(notebook) == 1
 
 
 @pytest.mark.slow

@@ -2,6 +2,9 @@
 filler groups, the estimator record and its state, truncation masking,
 sampler/trainer log-prob agreement, tasks, `from_config` (grpo_jax.rollout)."""
 
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,48 +14,77 @@ import pytest
 from configs import dapo as dapo_config
 from configs import grpo as grpo_config
 from grpo_jax import advantages
+from grpo_jax import batch as batch_lib
+from grpo_jax import credit
 from grpo_jax import data
 from grpo_jax import groups
 from grpo_jax import measures
+from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import rollout
+from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
 
 
 @pytest.fixture(scope="module")
 def tiny_rollout():
-  config_, params, tokenizer = rollout.load_model("tiny")
+  config_, params, tokenizer = models.load_model("tiny")
   return config_, params, tokenizer
 
 
-def generate_with_state(tiny_rollout, reward_fns, *, dynamic, weights=None,
-                        mask_truncated=False, temperature=0.7,
-                        on_policy=False, estimator="grpo", shapers=None,
-                        signal_reward="", estimator_state=None):
-  """(batch, measurements, estimator_state) of one step with P = G = 2;
-  `reward_fns` is one function (named "r") or name -> function."""
-  config, params, tokenizer = tiny_rollout
+def make_pipeline(tiny_rollout, reward_fns, *, dynamic, weights=None,
+                  mask_truncated=False, temperature=0.7, on_policy=False,
+                  estimator="grpo", shapers=None, signal_reward=""):
+  """A `rollout.Pipeline` with P = G = 2, 4 new tokens; `reward_fns` is one
+  function (named "r") or name -> function; `dynamic` picks DAPO's group
+  strategy (3 rounds at most) over every group of one round."""
+  config, _, tokenizer = tiny_rollout
   if callable(reward_fns):
     reward_fns = {"r": reward_fns}
-  shapers = shapers or {}
-  settings = rollout.Settings(
-      num_prompts=2, num_generations=2, max_new_tokens=4,
-      temperature=temperature, prompt_buckets=(80,),
-      reward_weights=tuple(weights or [1.0] * len(reward_fns)),
-      shaper_weights=(1.0,) * len(shapers), signal_reward=signal_reward,
-      dynamic_sampling=dynamic, max_rounds=3, mask_truncated=mask_truncated,
-      chunk_size=64, on_policy=on_policy)
+  weights = weights or [1.0] * len(reward_fns)
+  group_strategy = (
+      strategies.make_group_strategy("dynamic_sampling", max_rounds=3,
+                                     signal_reward=signal_reward)
+      if dynamic else strategies.make_group_strategy("all_groups"))
   if isinstance(estimator, str):
     estimator = advantages.make(estimator)
-  eos_ids, pad_id = rollout.eos_and_pad(tokenizer)
-  return rollout.generate(
-      params, None, 0, jax.random.PRNGKey(0),
-      estimator.init() if estimator_state is None else estimator_state,
-      settings=settings, model_config=config, tokenizer=tokenizer,
-      task=rollout.make_task(dapo_config.get_config("tiny").data, seed=0),
-      format_prompt=data.format_prompt, reward_fns=reward_fns,
-      shapers=shapers, estimator=estimator, eos_ids=eos_ids, pad_id=pad_id)
+  eos_ids, pad_id = models.eos_and_pad(tokenizer)
+  return rollout.Pipeline(
+      num_prompts=2,
+      sampler=rollout.Sampler(
+          num_generations=2, max_new_tokens=4, temperature=temperature,
+          top_k=0, top_p=1.0, prompt_buckets=(80,), system_prompt="",
+          eos_ids=eos_ids, pad_id=pad_id),
+      model_config=config, tokenizer=tokenizer,
+      task=data.make_task(dapo_config.get_config("tiny").data, seed=0),
+      format_prompt=data.format_prompt,
+      verifiers={name: (fn, w) for (name, fn), w in zip(reward_fns.items(),
+                                                        weights)},
+      shapers={name: (fn, 1.0) for name, fn in (shapers or {}).items()},
+      components=dict(
+          select=strategies.make_selection(
+              "uniform", rounds_per_step=group_strategy.rounds_per_step),
+          groups=group_strategy, advantage=estimator,
+          credit=credit.make("uniform"),
+          rows=strategies.make_row_strategy(
+              "mask_truncated" if mask_truncated else "all_rows")),
+      assemble=functools.partial(
+          batch_lib.assemble_batch, model_config=config,
+          temperature=temperature, chunk_size=64, on_policy=on_policy))
+
+
+def generate_with_state(tiny_rollout, reward_fns, *, estimator_state=None,
+                        **options):
+  """(batch, measurements, estimator state) of step 0 of `make_pipeline`."""
+  _, params, _ = tiny_rollout
+  pipeline = make_pipeline(tiny_rollout, reward_fns, **options)
+  states = {name: c.init() for name, c in pipeline.components.items()}
+  if estimator_state is not None:
+    states["advantage"] = estimator_state
+  batch, m, states = rollout.generate(params, None, 0, jax.random.PRNGKey(0),
+                                      states, pipeline=pipeline)
+  return batch, m, states["advantage"]
 
 
 def run_generate(*args, **kwargs):
@@ -97,17 +129,19 @@ def test_dynamic_sampling_resamples_until_groups_have_signal(tiny_rollout):
   assert np.abs(np.asarray(batch.advantages)).min() > 0
 
 
-def test_select_groups_prefers_groups_with_signal():
-  def fake_round(rewards):
-    rewards = np.asarray(rewards, np.float32)
-    return rollout._Round(
-        *([None] * 6), rewards=rewards[..., None], errors=None,
-        signal=np.asarray(groups.has_signal(rewards)))
-  rounds = [fake_round([[1, 1], [0, 1]]), fake_round([[0, 0], [1, 0]])]
-  chosen, filler = rollout._select_groups(rounds, 2)
-  assert chosen == [(0, 1), (1, 1)] and filler == []
-  chosen, filler = rollout._select_groups(rounds[:1], 2)
-  assert chosen == [(0, 1)] and filler == [(0, 0)]
+def test_dynamic_sampling_keeps_groups_with_signal_first():
+  """Round 0 has signal in group 1 only, round 1 in group 1 only: the batch
+  is round 0's group 1, then round 1's; with one round the filler is round
+  0's group 0 (valid False)."""
+  class FakeRound(NamedTuple):
+    rewards: np.ndarray
+    columns: tuple = ("r",)
+  rounds = [FakeRound(np.asarray([[1, 1], [0, 1]], np.float32)[..., None]),
+            FakeRound(np.asarray([[0, 0], [1, 0]], np.float32)[..., None])]
+  got = strategies.dynamic_sampling(lambda r: rounds[r], 2, max_rounds=2)
+  assert got.picks == [(0, 1), (1, 1)] and got.valid.tolist() == [True, True]
+  got = strategies.dynamic_sampling(lambda r: rounds[r], 2, max_rounds=1)
+  assert got.picks == [(0, 1), (0, 0)] and got.valid.tolist() == [True, False]
 
 
 def test_signal_is_in_the_weighted_rewards_that_advantages_see():
@@ -171,7 +205,7 @@ def test_on_policy_rollout_skips_the_old_logprob_pass(tiny_rollout):
   optimizer = optax.sgd(0.0)
   objective = objectives.make("ppo_clip")
   fn = train.make_update_fn(model_config=config, optimizer=optimizer,
-                            objective=objective, temperature=0.6,
+                            objective=objective,
                             chunk_size=64)
   state = train.init_state(jax.tree.map(jnp.copy, params), optimizer, seed=0,
                            components={"objective": objective})
@@ -191,7 +225,7 @@ def test_dynamic_sampling_signal_is_the_verifier_not_the_shaped_sum(
     tiny_rollout):
   """DAPO keeps a group when its accuracy varies. A format bonus (or the
   overlong ramp) that varies while accuracy does not is no signal, unless
-  rollout.signal_reward names it."""
+  the strategy's signal_reward names it."""
   fns = {"accuracy": constant_reward, "format": alternating_reward}
   batch, m = run_generate(tiny_rollout, fns, dynamic=True, weights=[1.0, 0.1])
   assert m["rollout/rounds"] == 3 and m["rollout/groups_with_signal"] == 0
@@ -279,26 +313,29 @@ def test_from_config_builds_the_stage_once(tiny_rollout):
   model_config, params, tokenizer = tiny_rollout
   config = grpo_config.get_config("tiny")
   config.advantage.name, config.advantage.kwargs = "gdpo", {"eps": 1e-4}
-  stage = rollout.from_config(config, model_config, tokenizer)
-  batch, m, state = stage.generate(params, params, 0, jax.random.PRNGKey(0),
-                                   stage.init())
-  assert state == ()
+  components = rollout.make_components(config)
+  assert set(components) == set(rollout.STAGES)
+  generate = rollout.from_config(config, model_config, tokenizer, components)
+  states = {name: c.init() for name, c in components.items()}
+  batch, m, new_states = generate(params, params, 0, jax.random.PRNGKey(0),
+                                  states)
+  assert new_states == states
   n = config.rollout.num_prompts * config.rollout.num_generations
   assert batch.advantages.shape == (n,) and batch.sampler_logp is not None
   assert {"reward/accuracy", "reward/format",
           "advantage/collapse_rate"} <= set(m)
   config.advantage.kwargs = {"scale": "batch"}  # GDPO takes no scale
   with pytest.raises(ValueError, match="scale"):
-    rollout.from_config(config, model_config, tokenizer)
+    rollout.make_components(config)
 
 
 def test_make_task_reads_the_registered_task():
   config = grpo_config.get_config("tiny")
   config.data.digits, config.data.ops = 2, ("+", "*")
-  task = rollout.make_task(config.data, seed=3)
+  task = data.make_task(config.data, seed=3)
   assert isinstance(task, data.ArithmeticTask)
   assert (task.digits, task.ops, task.seed) == (2, ("+", "*"), 3)
   assert set(data.TASKS.names()) == {"arithmetic", "gsm8k", "jsonl"}
   config.data.task = "nope"
   with pytest.raises(ValueError, match="arithmetic, gsm8k, jsonl"):
-    rollout.make_task(config.data, seed=0)
+    data.make_task(config.data, seed=0)

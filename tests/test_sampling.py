@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sampling
 from grpo_jax import testing
@@ -111,7 +112,6 @@ def test_greedy_cached_decoding_equals_full_forward(model, prompts):
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_tempered_logprobs_match_teacher_forced_token_logprobs(
     model, prompts, temperature):
-  from grpo_jax import logprobs as logprobs_lib
   config, params = model
   out = run(model, prompts, key=3, temperature=temperature)
   np.testing.assert_array_equal(out.logprobs, out.tempered_logprobs)
@@ -272,6 +272,128 @@ def test_sampled_groups_continue_their_own_prompt(model, prompts):
                                atol=1e-4)
 
 
+# --- per-row temperature -------------------------------------------------------
+
+G = 2
+# Rows p*G + g: each prompt gets two different temperatures, 0 a greedy row.
+ROW_TEMPERATURES = np.array([0.6, 1.4, 0.0, 0.6, 1.4, 0.0], np.float32)
+
+
+def teacher_forced_hidden(params, config, out):
+  """[N, T, D] hidden states of a full uncached forward over prompt + tokens,
+  at the positions that predict each completion token (all rows at once)."""
+  rows = out.tokens.shape[0]
+  tokens = np.zeros((rows, REFERENCE_LENGTH), np.int32)
+  starts = np.zeros((rows,), np.int32)
+  for row in range(rows):
+    prompt = PROMPTS[row // G]
+    sequence = list(prompt) + list(out.tokens[row])
+    tokens[row, :len(sequence)] = sequence
+    starts[row] = len(prompt) - 1  # position len - 1 predicts the first token
+  ones = jnp.ones_like(jnp.asarray(tokens))
+  hidden, _ = models.forward(params, config, jnp.asarray(tokens),
+                             models.positions_from_mask(ones),
+                             models.causal_attention_mask(ones))
+  index = starts[:, None] + np.arange(T)[None, :]
+  return jnp.take_along_axis(hidden, jnp.asarray(index)[..., None], axis=1)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(None, None), (5, 0.9)])
+def test_row_temperatures_equal_each_row_at_its_own_scalar(
+    model, prompts, top_k, top_p):
+  """Row n of a run at [N] temperatures is row n of a run with every row at
+  temperature[n]: same key, same N, and the draw of step t is one
+  categorical over [N, V] from fold_in(key, t), so each row sees the same
+  noise in both runs and the comparison is exact."""
+  common = dict(key=7, num_samples=G, top_k=top_k, top_p=top_p)
+  mixed = run(model, prompts, temperature=ROW_TEMPERATURES, **common)
+  scalar = {value: run(model, prompts, temperature=float(value), **common)
+            for value in (0.6, 1.4)}
+  scalar[0.0] = run(model, prompts, greedy=True, **common)
+  for value, whole in scalar.items():
+    rows = np.flatnonzero(ROW_TEMPERATURES == np.float32(value))
+    for field in ("tokens", "logprobs", "tempered_logprobs", "mask"):
+      np.testing.assert_array_equal(getattr(mixed, field)[rows],
+                                    getattr(whole, field)[rows],
+                                    err_msg=f"{field} at {value}")
+  # The check can fail: the scalar runs differ from each other.
+  assert (scalar[0.6].tokens != scalar[1.4].tokens).any()
+  assert (scalar[0.6].tokens != scalar[0.0].tokens).any()
+
+
+def test_scalar_temperature_zero_is_greedy(model, prompts):
+  greedy = run(model, prompts, greedy=True)
+  zero = run(model, prompts, key=3, temperature=0.0)
+  for field in ("tokens", "logprobs", "tempered_logprobs"):
+    np.testing.assert_array_equal(getattr(zero, field), getattr(greedy, field))
+
+
+def test_greedy_rows_take_argmax_while_other_rows_sample(model, prompts):
+  config, params = model
+  first = run(model, prompts, key=1, num_samples=G,
+              temperature=ROW_TEMPERATURES)
+  other = run(model, prompts, key=2, num_samples=G,
+              temperature=ROW_TEMPERATURES)
+  greedy_rows = np.flatnonzero(ROW_TEMPERATURES == 0)
+  sampled_rows = np.flatnonzero(ROW_TEMPERATURES > 0)
+  for row in greedy_rows:
+    prompt = PROMPTS[row // G]
+    logits = reference_logits(params, config,
+                              list(prompt) + list(first.tokens[row]))
+    for step in range(T):
+      step_logits = logits[len(prompt) - 1 + step]
+      assert first.tokens[row, step] == np.argmax(step_logits), (row, step)
+      # A greedy row: logprobs 0, tempered_logprobs at temperature 1.
+      np.testing.assert_allclose(
+          first.tempered_logprobs[row, step],
+          log_softmax(step_logits)[first.tokens[row, step]], atol=1e-4)
+  np.testing.assert_array_equal(first.logprobs[greedy_rows], 0.0)
+  np.testing.assert_array_equal(first.tokens[greedy_rows],
+                                other.tokens[greedy_rows])
+  # The sampled rows follow the key, and draw their log-probs at their own
+  # temperature (nonzero).
+  assert (first.tokens[sampled_rows] != other.tokens[sampled_rows]).any()
+  assert (first.logprobs[sampled_rows] < 0).all()
+
+
+def test_sampler_and_trainer_agree_per_row(model, prompts):
+  """`tempered_logprobs` recorded by the sampler at [N] temperatures equal
+  `token_logprobs` of the teacher-forced forward pass given the same [N]
+  temperatures (greedy rows included, both at 1), row by row, eager and
+  with the temperatures traced under jit."""
+  config, params = model
+  out = run(model, prompts, key=8, num_samples=G, temperature=ROW_TEMPERATURES)
+  hidden = teacher_forced_hidden(params, config, out)
+  unembedding = models.unembedding(params, config)
+  score = lambda tau: logprobs_lib.token_logprobs(
+      hidden, unembedding, jnp.asarray(out.tokens), temperature=tau).logp
+  trainer = testing.numpy(score(jnp.asarray(ROW_TEMPERATURES)))
+  np.testing.assert_allclose(out.tempered_logprobs, trainer, atol=1e-4)
+  traced = testing.numpy(jax.jit(score)(jnp.asarray(ROW_TEMPERATURES)))
+  # Jit and eager round differently (peaked logits: |z| is large here).
+  np.testing.assert_allclose(traced, trainer, atol=1e-5)
+  # The check can fail: one temperature for all rows disagrees on the rows
+  # sampled at another.
+  at_one = testing.numpy(score(1.0))
+  other = (ROW_TEMPERATURES > 0) & (ROW_TEMPERATURES != 1)
+  assert np.abs(at_one - out.tempered_logprobs)[other].max() > 1e-2
+
+
+def test_row_temperatures_compile_once(model):
+  """Temperature is traced: new [N] values, greedy rows among them, and a
+  float (normalised to [N] before the jit) reuse one compile."""
+  # Bucket 32 and P = 1: a shape no other test uses.
+  prompts = sampling.pad_prompts([[1, 2, 3]], buckets=(32,))
+  kwargs = dict(num_samples=3, max_new_tokens=3)
+  run(model, prompts, temperature=np.array([0.5, 1.0, 2.0]), **kwargs)
+  before = sampling.trace_count()
+  changed = run(model, prompts, temperature=np.array([0.0, 0.9, 1.3]),
+                **kwargs)
+  run(model, prompts, temperature=0.8, **kwargs)
+  assert sampling.trace_count() == before
+  assert (changed.logprobs[0] == 0).all()  # the new values took effect
+
+
 # --- compilation ---------------------------------------------------------------
 
 
@@ -293,7 +415,13 @@ def test_compiles_once_per_bucket(model):
 @pytest.mark.parametrize("kwargs,name", [
     (dict(num_samples=0), "num_samples"),
     (dict(max_new_tokens=0), "max_new_tokens"),
-    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=-0.5), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=np.array([1.0, -1.0, 1.0])), "temperature"),
+    (dict(temperature=np.ones(2)), "temperature"),  # N = 3 rows
+    (dict(temperature=np.ones(3), num_samples=2), "temperature"),
+    (dict(temperature=np.ones((3, T))), "temperature"),  # per token: not yet
+    (dict(temperature="hot"), "temperature"),
     (dict(top_k=0), "top_k"),
     (dict(top_p=0.0), "top_p"),
     (dict(max_new_tokens=60), "max_new_tokens"),

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import models
 from grpo_jax import objectives
-from grpo_jax import rollout
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import testing
+from grpo_jax import optim
 from grpo_jax import train
 from grpo_jax.objectives import regularisers
 
@@ -54,11 +55,11 @@ def batch():
                 & (cols[None] < SP + completion_len[:, None]))
   completion_mask = input_mask[:, SP:].astype(np.float32)
   logp, _ = jax.jit(functools.partial(
-      rollout.policy_logprobs, config=CONFIG, completion_start=SP))(
+      batch_lib.policy_logprobs, config=CONFIG, completion_start=SP))(
           params(), tokens=jnp.asarray(tokens),
           input_mask=jnp.asarray(input_mask, jnp.float32))
   logp = np.asarray(logp)
-  return rollout.Batch(
+  return batch_lib.Batch(
       tokens=jnp.asarray(tokens), input_mask=jnp.asarray(input_mask,
                                                          jnp.float32),
       completion_mask=jnp.asarray(completion_mask),
@@ -66,14 +67,15 @@ def batch():
       old_logp=jnp.asarray(logp + 0.3 * rng.normal(size=logp.shape),
                            jnp.float32),
       ref_logp=jnp.asarray(logp + 0.1 * rng.normal(size=logp.shape),
-                           jnp.float32))
+                           jnp.float32),
+      sampler_logp=None, temperature=jnp.ones((N,), jnp.float32))
 
 
 # No clipping, so that Adam's first moment after one step is exactly
 # (1 - b1) * gradient: comparing opt_state compares the gradients. A larger
 # eps keeps the first Adam step (~ g / |g|) well conditioned for tiny g.
 B1 = 0.9
-OPTIMIZER = train.make_optimizer(learning_rate=1e-2, max_grad_norm=1e6,
+OPTIMIZER = optim.make_optimizer(learning_rate=1e-2, max_grad_norm=1e6,
                                  b1=B1, eps=1e-4)
 
 

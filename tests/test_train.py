@@ -8,8 +8,9 @@ import optax
 import pytest
 
 from configs import grpo as grpo_config
-from grpo_jax import config as config_lib
 from grpo_jax import advantages
+from grpo_jax import batch as batch_lib
+from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
@@ -17,6 +18,7 @@ from grpo_jax.objectives import regularisers
 from grpo_jax import rollout
 from grpo_jax import sampling
 from grpo_jax import testing
+from grpo_jax import optim
 from grpo_jax import train
 
 VOCAB = 8
@@ -48,7 +50,7 @@ def random_batch(config, params, key, *, prompts=2, group=4, sp=4, t=5,
   completion = jax.random.randint(k2, (n, t), 1, VOCAB)
   mask = testing.random_mask(k3, (n, t))
   adv = jax.random.normal(k4, (n,))
-  batch = rollout.assemble_batch(
+  batch = batch_lib.assemble_batch(
       params, params if beta > 0 else None, prompt_tokens, prompt_mask,
       completion, mask, mask, adv, model_config=config, temperature=0.9,
       chunk_size=16, beta=beta)
@@ -68,7 +70,7 @@ def setup(config, params, optimizer, objective="ppo_clip", options=None, *,
     components["kl"] = regularisers.make(
         "kl", beta=beta, aggregation=record.aggregation,
         horizon=record.horizon)
-  kwargs = dict(temperature=0.9, chunk_size=16)
+  kwargs = dict(chunk_size=16)
   kwargs.update(update_kwargs)
   fn = train.make_update_fn(
       model_config=config, optimizer=optimizer, objective=record,
@@ -140,7 +142,7 @@ def test_ratio_statistics_merge_exactly_across_minibatches(model):
   batch = random_batch(config, params, jax.random.PRNGKey(8), off_policy=0.4)
   objective = objectives.make("ppo_clip")
   fn = train.make_update_fn(model_config=config, optimizer=optax.sgd(0.0),
-                            objective=objective, temperature=0.9,
+                            objective=objective,
                             chunk_size=16)
   state = train.init_state(jax.tree.map(jnp.copy, params), optax.sgd(0.0),
                            seed=0, components={"objective": objective})
@@ -169,7 +171,7 @@ def test_ratio_statistics_merge_exactly_across_minibatches(model):
 
 def test_non_finite_loss_skips_the_update(model):
   config, params = model
-  optimizer = train.make_optimizer(learning_rate=1e-2)
+  optimizer = optim.make_optimizer(learning_rate=1e-2)
   fn, fresh = setup(config, params, optimizer)
   good = random_batch(config, params, jax.random.PRNGKey(2))
   poisoned = good._replace(advantages=good.advantages.at[0].set(jnp.nan))
@@ -190,7 +192,7 @@ def test_a_minibatch_without_loss_tokens_takes_no_step(model):
   minibatch without loss tokens would still move the params: it is skipped
   and counted instead."""
   config, params = model
-  optimizer = train.make_optimizer(learning_rate=1e-2)
+  optimizer = optim.make_optimizer(learning_rate=1e-2)
   fn, fresh = setup(config, params, optimizer)
   good = random_batch(config, params, jax.random.PRNGKey(2))
   empty = good._replace(completion_mask=jnp.zeros_like(good.completion_mask))
@@ -209,13 +211,13 @@ def test_a_minibatch_without_loss_tokens_takes_no_step(model):
 def test_beta_zero_never_runs_the_reference_forward(model, monkeypatch):
   config, params = model
   calls = []
-  original = rollout.batched_logprobs
+  original = batch_lib.batched_logprobs
 
   def counting(p, *args, **kwargs):
     calls.append(p)
     return original(p, *args, **kwargs)
 
-  monkeypatch.setattr(rollout, "batched_logprobs", counting)
+  monkeypatch.setattr(batch_lib, "batched_logprobs", counting)
   batch = random_batch(config, params, jax.random.PRNGKey(3), beta=0.0)
   assert len(calls) == 1 and batch.ref_logp is None
   random_batch(config, params, jax.random.PRNGKey(3), beta=0.5)
@@ -231,7 +233,8 @@ def test_no_reference_params_kept_when_beta_is_zero():
   config.kl.beta = 0.0
   run = train.build(config)
   assert run.ref_params is None
-  assert set(run.state.states) == {"advantage", "objective"}
+  # Every component's state, stateless ones too; no KL without beta.
+  assert set(run.state.states) == set(rollout.STAGES) | {"objective"}
   config.kl.beta = 0.1
   run = train.build(config)
   assert run.ref_params is not None and "kl" in run.state.states
@@ -295,7 +298,7 @@ def test_r2vpo_dual_variable_ascends_on_the_exact_variance(model,
 
 
 def test_schedule_warmup_then_cosine():
-  schedule = train.make_schedule(learning_rate=1.0, warmup_steps=4,
+  schedule = optim.make_schedule(learning_rate=1.0, warmup_steps=4,
                                  decay="cosine", total_steps=14,
                                  final_lr_fraction=0.0)
   np.testing.assert_allclose(float(schedule(0)), 0.0)
@@ -307,7 +310,7 @@ def test_schedule_warmup_then_cosine():
 
 
 def test_optimizer_clips_the_global_norm():
-  optimizer = train.make_optimizer(learning_rate=1.0, max_grad_norm=1.0,
+  optimizer = optim.make_optimizer(learning_rate=1.0, max_grad_norm=1.0,
                                    b1=0.9)
   params = {"w": jnp.zeros(2)}
   state = optimizer.init(params)
@@ -321,7 +324,7 @@ def test_optimizer_clips_the_global_norm():
 
 
 def test_adamw_b2_default_is_the_peers_0999():
-  state = train.make_optimizer(learning_rate=1.0).init({"w": jnp.zeros(1)})
+  state = optim.make_optimizer(learning_rate=1.0).init({"w": jnp.zeros(1)})
   found = [node.hyperparams["b2"] for node in jax.tree.leaves(
       state, is_leaf=lambda x: hasattr(x, "hyperparams"))
            if hasattr(node, "hyperparams")]
@@ -332,7 +335,7 @@ def test_adamw_b2_default_is_the_peers_0999():
 def test_logged_learning_rate_is_the_one_each_update_used(model):
   """Warmup 0 -> 1 over 4 steps: updates 0, 1, 2 use 0, 0.25, 0.5."""
   config, params = model
-  optimizer = train.make_optimizer(learning_rate=1.0, warmup_steps=4,
+  optimizer = optim.make_optimizer(learning_rate=1.0, warmup_steps=4,
                                    total_steps=10)
   fn, fresh = setup(config, params, optimizer)
   batch = random_batch(config, params, jax.random.PRNGKey(7))
@@ -392,11 +395,11 @@ def learn(objective, *, steps=25, prompts=2, group=8, t=4, lr=5e-2,
   """
   config = small_config()
   params = models.init_params(config, jax.random.PRNGKey(0))
-  optimizer = train.make_optimizer(learning_rate=lr)
+  optimizer = optim.make_optimizer(learning_rate=lr)
   fn, fresh = setup(config, params, optimizer, objective,
                     {"aggregation": "token_mean"}
                     if objectives.OBJECTIVES.entry(objective).meta["level"]
-                    == "token" else {}, temperature=1.0)
+                    == "token" else {})
   state = fresh()
   prompt_tokens = jnp.array([[1, 2, 3], [3, 2, 1]], jnp.int32)[:prompts]
   prompt_mask = jnp.ones_like(prompt_tokens)
@@ -409,7 +412,7 @@ def learn(objective, *, steps=25, prompts=2, group=8, t=4, lr=5e-2,
     reward = (out.tokens == TARGET).mean(axis=-1)
     history.append(float(reward.mean()))
     adv = advantages.grpo(reward.reshape(prompts, group)).reshape(-1)
-    batch = rollout.assemble_batch(
+    batch = batch_lib.assemble_batch(
         state.params, None, prompt_tokens, prompt_mask, out.tokens, out.mask,
         out.mask, adv, model_config=config, temperature=1.0, chunk_size=16)
     for minibatch in train.minibatches(batch, num_minibatches):

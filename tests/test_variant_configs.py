@@ -15,7 +15,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from grpo_jax import measures
@@ -52,7 +51,6 @@ def test_the_off_policy_papers_are_off_policy():
 def _gradient(run, objective, objective_state, params, minibatch):
   fns = train.make_loss_functions(
       model_config=run.model_config, objective=objective,
-      temperature=run.config.rollout.temperature,
       chunk_size=run.config.train.chunk_size)
   grads, _, records = train.minibatch_gradient(
       fns, params, {"objective": objective_state}, minibatch)
@@ -67,9 +65,9 @@ def test_the_mechanism_acts_on_the_second_minibatch(name):
   run = train.build(config)
   state = jax.tree.map(jnp.copy, run.state)
   with jax.set_mesh(run.mesh):
-    batch, _, _ = run.rollout_fn(state.params, run.ref_params, 0,
-                                 jax.random.fold_in(state.key, 0),
-                                 state.states["advantage"])
+    batch, _, _ = run.rollout_fn(
+        state.params, run.ref_params, 0, jax.random.fold_in(state.key, 0),
+        {name: state.states[name] for name in rollout.STAGES})
   rows = batch.tokens.shape[0]
   sampled = batch.input_mask[:, -batch.completion_mask.shape[1]:]
   batch = batch._replace(

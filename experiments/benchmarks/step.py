@@ -61,8 +61,8 @@ def make_config(args, num_prompts):
   c.rollout.num_prompts = num_prompts
   c.rollout.num_generations = NUM_GENERATIONS
   c.rollout.max_new_tokens = args.max_new_tokens
-  c.rollout.dynamic_sampling = False
-  c.rewards.overlong.enabled = False
+  c.groups.name, c.groups.kwargs = "all_groups", {}
+  c.rewards.shapers = {}
   c.objective.name = "ppo_clip"
   c.objective.kwargs = dict(clip_low=0.2, clip_high=0.2,
                             aggregation=LOSS_TYPES[args.loss_type])
@@ -164,8 +164,8 @@ def trl_reward(name, fn):
 def trl_dataset(config, num_rows):
   """The prompts grpo_jax sees at steps 0, 1, ... as a chat dataset."""
   import datasets  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
-  task = rollout.make_task(config.data, seed=config.seed)
+  from grpo_jax import data  # pylint: disable=g-import-not-at-top
+  task = data.make_task(config.data, seed=config.seed)
   p = config.rollout.num_prompts
   rows = []
   for step in range(num_rows):

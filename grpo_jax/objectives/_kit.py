@@ -10,7 +10,6 @@ nothing here replaces it with ``sg(logp)``.
 import numbers
 from typing import Callable, NamedTuple, Optional, Tuple
 
-import jax
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg

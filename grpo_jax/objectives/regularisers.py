@@ -21,8 +21,7 @@ REGULARISERS = registry.Registry("regulariser", positional=("logp", "mask"))
 
 @REGULARISERS.register(
     reads=("ref_logp",), paper="2402.03300",
-    examples=({"beta": 0.04}, {"beta": 0.1, "estimator": "k2",
-                               "aggregation": "token_mean"}))
+    examples=({"beta": 0.04}, {"beta": 0.1, "estimator": "k2"}))
 def kl(logp, mask, *, ref_logp, beta=0.04, estimator="k3",
        aggregation="seq_mean_token_mean", horizon=None):
   """beta * aggregate(KL estimate to the reference), DeepSeekMath's term.

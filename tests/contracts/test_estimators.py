@@ -12,18 +12,18 @@ import jax.numpy as jnp
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import testing
+from grpo_jax.testing import estimator_laws as laws
 from grpo_jax.advantages import _kit
 
 CASES = [pytest.param(entry.name, options, id=f"{entry.name}-{i}")
          for entry in advantages.ESTIMATORS.entries()
          for i, options in enumerate(entry.examples)]
 LAWS = [pytest.param(law, flag, id=law.__name__[len("check_"):])
-        for law, flag in testing.ESTIMATOR_LAWS]
+        for law, flag in laws.ESTIMATOR_LAWS]
 
 
 def run_law(law, estimator, key=jax.random.PRNGKey(0)):
-  groups = testing.estimator_groups(key)
+  groups = laws.estimator_groups(key)
   extra = (key,) if "key" in inspect.signature(law).parameters else ()
   law(estimator, groups, *extra)
 
@@ -94,9 +94,9 @@ def test_a_toy_estimator_registered_in_scope_runs_under_every_law():
   with advantages.ESTIMATORS.scoped():
     _kit.register(input="PG", output="group", paper="toy")(range_toy)
     assert "range_toy" in advantages.names()
-    ran = testing.check_estimator("range_toy")
-    assert ran == tuple(law.__name__ for law, _ in testing.ESTIMATOR_LAWS)
-    for law, _ in testing.ESTIMATOR_LAWS:
+    ran = laws.check_estimator("range_toy")
+    assert ran == tuple(law.__name__ for law, _ in laws.ESTIMATOR_LAWS)
+    for law, _ in laws.ESTIMATOR_LAWS:
       run_law(law, advantages.make("range_toy"))
   assert advantages.names() == before
   with pytest.raises(ValueError, match="unknown"):
@@ -113,7 +113,7 @@ def test_the_laws_catch_a_filler_leak_and_coupled_groups():
     _kit.register(input="PG", output="group", paper="toy")(leaky_batch_toy)
     estimator = advantages.make("leaky_batch_toy")
     with pytest.raises(AssertionError):
-      run_law(testing.check_fillers_are_ignored, estimator)
+      run_law(laws.check_fillers_are_ignored, estimator)
     with pytest.raises(AssertionError):
-      run_law(testing.check_groups_independent, estimator)
-    run_law(testing.check_shift_invariance, estimator)
+      run_law(laws.check_groups_independent, estimator)
+    run_law(laws.check_shift_invariance, estimator)

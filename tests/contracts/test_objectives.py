@@ -4,7 +4,7 @@ each of its example options (DESIGN.md, "Tests")."""
 import jax.numpy as jnp
 import pytest
 
-from grpo_jax import objective_laws as laws
+from grpo_jax.testing import objective_laws as laws
 from grpo_jax import objectives
 
 CASES = laws.cases(objectives.OBJECTIVES)

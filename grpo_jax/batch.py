@@ -1,0 +1,186 @@
+"""The training batch and the log-prob passes that complete it.
+
+`assemble_batch` joins prompts and completions into a `Batch` and adds the
+behaviour (old) and reference log-probs with the trainer's own forward pass
+(`policy_logprobs`, at the sampler's temperature), so that a ratio is 1
+until the policy moves.
+"""
+
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax import logprobs as logprobs_lib
+from grpo_jax import models
+from grpo_jax import sharding
+
+
+class Batch(NamedTuple):
+  """The training batch of one step; N = P*G rows, S = Sp + T columns.
+
+  Attributes:
+    tokens: [N, S] int32, left-padded prompt then completion.
+    input_mask: [N, S] float32, 1 on real prompt and completion tokens.
+    completion_mask: [N, T] float32, 1 on tokens that enter the loss.
+    advantages: [N] float32.
+    old_logp: [N, T] float32 behaviour log-probs (trainer's forward pass),
+      or None on policy: the batch feeds a single optimiser step, whose own
+      log-probs, detached, are then the behaviour log-probs (ratio exactly 1,
+      one forward pass fewer per step).
+    ref_logp: [N, T] float32 reference log-probs, or None when beta == 0.
+    sampler_logp: [N, T] float32 the sampler's tempered log-probs, on and
+      off policy (mismatch corrections and measurements read them), or None
+      for a batch built without them.
+    temperature: [N] float32, each row's sampling temperature (0: greedy,
+      scored at 1); the trainer's log-probs use it row by row.
+  """
+  tokens: jnp.ndarray
+  input_mask: jnp.ndarray
+  completion_mask: jnp.ndarray
+  advantages: jnp.ndarray
+  old_logp: Optional[jnp.ndarray]
+  ref_logp: Optional[jnp.ndarray]
+  sampler_logp: Optional[jnp.ndarray]
+  temperature: jnp.ndarray
+
+
+def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
+                    completion_start: int, *, temperature=1.0,
+                    chunk_size: int = 4096):
+  """Log-probs and entropy of the completion tokens, teacher-forced.
+
+  logp[i, t] = log_softmax(h[i, s-1] W / temperature)[tokens[i, s]] with
+  s = completion_start + t: the hidden state one position earlier predicts
+  each completion token. Use the sampler's temperature, so that on policy
+  the ratio is 1 (PITFALLS.md, "Temperature on one side only").
+
+  Args:
+    params: model parameters.
+    config: the `models.ModelConfig`.
+    tokens: [N, S] int32, left-padded prompt then T = S - completion_start
+      completion tokens.
+    input_mask: [N, S], 1 on real prompt and completion tokens.
+    completion_start: Sp, the column of the first completion token.
+    temperature: the sampling temperature, a float or [N] per row.
+    chunk_size: positions (of N*T) per chunk of `logprobs.token_logprobs`.
+
+  Returns:
+    (logp [N, T], entropy [N, T]) float32.
+  """
+  if tokens.ndim != 2 or input_mask.shape != tokens.shape:
+    raise ValueError(
+        f"tokens and input_mask must both be [N, S]; got {tokens.shape} and "
+        f"{input_mask.shape}.")
+  if not 0 < completion_start < tokens.shape[1]:
+    raise ValueError(
+        f"completion_start must be in (0, S={tokens.shape[1]}); got "
+        f"{completion_start}.")
+  positions = models.positions_from_mask(input_mask)
+  attention = models.causal_attention_mask(input_mask)
+  hidden, _ = models.forward(params, config, tokens, positions, attention)
+  out = logprobs_lib.token_logprobs(
+      hidden[:, completion_start - 1:-1], models.unembedding(params, config),
+      tokens[:, completion_start:], temperature=temperature,
+      chunk_size=chunk_size)
+  return out[0], out[1]
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "config", "completion_start", "chunk_size"))
+def _jitted_logprobs(params, tokens, input_mask, temperature, *, config,
+                     completion_start, chunk_size):
+  return policy_logprobs(params, config, tokens, input_mask, completion_start,
+                         temperature=temperature, chunk_size=chunk_size)
+
+
+def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
+                     temperature, chunk_size, batch_size=0):
+  """`policy_logprobs` over rows in slices of `batch_size` (0: all), no grad;
+  `temperature` is [N] per row (traced: new values never recompile).
+
+  Returns logp [N, T] float32.
+  """
+  rows = tokens.shape[0]
+  size = batch_size or rows
+  temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32),
+                                 (rows,))
+  pieces = [
+      _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
+                       temperature[i:i + size], config=config,
+                       completion_start=completion_start,
+                       chunk_size=chunk_size)[0]
+      for i in range(0, rows, size)]
+  return jnp.concatenate(pieces, axis=0)
+
+
+def sampler_mismatch(logp, sampler_logp, mask):
+  """max |logp - sampler_logp| over the real tokens of [N, T] arrays: the
+  trainer's and the sampler's log-probs of the same tokens under the same
+  params (PITFALLS.md, "Sampler and trainer disagree"); in float32 the
+  SmolLM2 quickstart logs 5e-6 to 6e-5."""
+  return (abs(logp - sampler_logp) * mask).max()
+
+
+def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
+                   completion_tokens, completion_mask, loss_mask, advantages,
+                   *, model_config, temperature, chunk_size: int,
+                   logprob_batch_size: int = 0, beta: float = 0.0,
+                   sampler_logp=None, on_policy: bool = False) -> Batch:
+  """Concatenates prompts and completions and adds old (and ref) log-probs.
+
+  On policy (see `Batch`) the old log-prob pass is skipped and ``old_logp``
+  is None; `sampler_logp` is carried either way.
+
+  Args:
+    params: the policy that sampled (its log-probs are old_logp).
+    ref_params: the reference; used only when beta > 0.
+    prompt_tokens, prompt_mask: [P, Sp] left-padded prompts.
+    completion_tokens: [N, T] with N = P*G, prompt-major.
+    completion_mask: [N, T] the sampler's mask (real completion tokens).
+    loss_mask: [N, T] the tokens that enter the loss (a subset).
+    advantages: [N].
+    model_config, chunk_size, logprob_batch_size: see `batched_logprobs`.
+    temperature: the sampler's, a float or [N] per row.
+    beta: KL coefficient; 0 skips the reference forward pass.
+    sampler_logp: [N, T] the sampler's tempered log-probs, or None.
+    on_policy: the batch feeds one optimiser step: no old log-prob pass.
+  """
+  prompt_tokens = np.asarray(prompt_tokens)
+  completion_tokens = np.asarray(completion_tokens)
+  n, sp = completion_tokens.shape[0], prompt_tokens.shape[1]
+  if n % prompt_tokens.shape[0]:
+    raise ValueError(
+        f"completion_tokens has {n} rows, not a multiple of the "
+        f"{prompt_tokens.shape[0]} prompts.")
+  g = n // prompt_tokens.shape[0]
+  tokens = jnp.asarray(np.concatenate(
+      [np.repeat(prompt_tokens, g, axis=0), completion_tokens], axis=1),
+      jnp.int32)
+  input_mask = jnp.asarray(np.concatenate(
+      [np.repeat(np.asarray(prompt_mask, np.float32), g, axis=0),
+       np.asarray(completion_mask, np.float32)], axis=1))
+  temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (n,))
+  logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
+                        batch_size=logprob_batch_size)
+  old_logp = None
+  if not on_policy:
+    old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,
+                                **logprob_kwargs)
+  if sampler_logp is not None:
+    sampler_logp = jnp.asarray(sampler_logp, jnp.float32)
+  ref_logp = None
+  if beta > 0:
+    ref_logp = batched_logprobs(ref_params, model_config, tokens, input_mask,
+                                sp, **logprob_kwargs)
+  if jax.process_count() > 1:
+    # Rows may lie on other hosts; the update places its rows itself.
+    old_logp, ref_logp = sharding.to_host((old_logp, ref_logp))
+  return Batch(
+      tokens=tokens, input_mask=input_mask,
+      completion_mask=jnp.asarray(loss_mask, jnp.float32),
+      advantages=jnp.asarray(advantages, jnp.float32),
+      old_logp=old_logp, ref_logp=ref_logp, sampler_logp=sampler_logp,
+      temperature=temperature)

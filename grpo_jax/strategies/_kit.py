@@ -1,0 +1,107 @@
+"""What the data strategies share: their registries and records.
+
+Three stages of a step are strategies (DESIGN.md, "One training step"):
+
+* select: which prompts a sampling round draws (`SELECTIONS`);
+* groups: which groups the batch keeps before the baseline is formed; it
+  may sample again (`GROUP_STRATEGIES`);
+* rows: which rows (tokens) train (`ROW_STRATEGIES`).
+
+Each is a pure function with keyword options, registered where it is
+defined; `make_*` binds the options once into a record with ``init()`` (its
+state, ``()`` when stateless) like every component.
+"""
+
+import functools
+from typing import Any, Callable, List, NamedTuple, Tuple
+
+import numpy as np
+
+from grpo_jax import registry
+
+SELECTIONS = registry.Registry(
+    "prompt selection", positional=("task", "index", "num_prompts"))
+GROUP_STRATEGIES = registry.Registry(
+    "group strategy", positional=("draw", "num_prompts"))
+ROW_STRATEGIES = registry.Registry("row strategy", positional=("loss_mask",))
+
+
+class Selected(NamedTuple):
+  """The groups a group strategy keeps.
+
+  Attributes:
+    rounds: every sampling round drawn this step, in order.
+    picks: P (round, group) pairs: the batch's groups, in batch order.
+    valid: [P] bool; False for filler groups, which keep the batch's shape
+      but carry no loss and enter no batch statistic.
+  """
+  rounds: List[Any]
+  picks: List[Tuple[int, int]]
+  valid: np.ndarray
+
+
+class Selection(NamedTuple):
+  """A bound prompt selection: ``select(task, step, round) -> examples``."""
+  name: str
+  init: Callable[[], Any]
+  select: Callable
+
+
+class GroupStrategy(NamedTuple):
+  """A bound group strategy.
+
+  Attributes:
+    name: its registry name.
+    rounds_per_step: the most sampling rounds a step may draw (the prompt
+      index of round r of step s is ``s * rounds_per_step + r``).
+    init: ``init() -> state``.
+    apply: ``apply(state, draw, num_prompts) -> (Selected, state)`` where
+      ``draw(r)`` samples and scores round r (a `rollout.Round`).
+  """
+  name: str
+  rounds_per_step: int
+  init: Callable[[], Any]
+  apply: Callable
+
+
+class RowStrategy(NamedTuple):
+  """A bound row strategy: ``apply(state, loss_mask [N, T], **reads) ->
+  (loss_mask, state)``, reading the round fields its metadata names."""
+  name: str
+  reads: Tuple[str, ...]
+  init: Callable[[], Any]
+  apply: Callable
+
+
+def make_selection(name: str, *, rounds_per_step: int = 1,
+                   **options) -> Selection:
+  """The `Selection` `name`; round r of step s reads prompt index
+  ``s * rounds_per_step + r``."""
+  SELECTIONS.check_options(name, options)
+  fn = functools.partial(SELECTIONS.get(name), **options)
+
+  def select(task, step, round_index, num_prompts):
+    return fn(task, step * rounds_per_step + round_index, num_prompts)
+  return Selection(name, lambda: (), select)
+
+
+def make_group_strategy(name: str, **options) -> GroupStrategy:
+  """The `GroupStrategy` `name` with `options` bound."""
+  GROUP_STRATEGIES.check_options(name, options)
+  entry = GROUP_STRATEGIES.entry(name)
+  fn = functools.partial(entry.fn, **options)
+  rounds = entry.meta["rounds_per_step"](**options)
+  return GroupStrategy(
+      name, rounds, lambda: (),
+      lambda state, draw, num_prompts: (fn(draw, num_prompts), state))
+
+
+def make_row_strategy(name: str, **options) -> RowStrategy:
+  """The `RowStrategy` `name` with `options` bound."""
+  entry = ROW_STRATEGIES.entry(name)
+  reads = tuple(entry.meta.get("reads", ()))
+  ROW_STRATEGIES.check_options(name, options, exclude=reads)
+  fn = functools.partial(entry.fn, **options)
+  return RowStrategy(name, reads, lambda: (),
+                     lambda state, loss_mask, **arrays: (
+                         fn(loss_mask, **arrays), state))

@@ -1,0 +1,125 @@
+"""Contract suites of the smaller kinds, parametrised from their registries:
+regularisers, reward shapers, group and row strategies, credit rules. Each
+entry runs with each of its example options; registering one is enough to
+put it here."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grpo_jax import credit
+from grpo_jax import rewards
+from grpo_jax import strategies
+from grpo_jax import testing
+from grpo_jax.objectives import regularisers
+from grpo_jax.testing import objective_laws
+
+
+def cases(registry):
+  """pytest params (name, options) of every entry and example."""
+  return [pytest.param(e.name, dict(o), id=f"{e.name}-{i}")
+          for e in registry.entries() for i, o in enumerate(e.examples)]
+
+
+def reads(entry_meta, logp):
+  """The arrays a regulariser reads, as random [N, T] log-probs."""
+  return {name: logp - 0.3 for name in entry_meta.get("reads", ())}
+
+
+# ---------------------------------------------------------- regularisers
+
+
+@pytest.mark.parametrize("name,options", cases(regularisers.REGULARISERS))
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_regulariser_masked_equals_dropped_and_splits_exactly(
+    name, options, aggregation):
+  reg = regularisers.make(name, aggregation=aggregation, **options)
+  logp, _, _, mask = objective_laws.off_policy_batch(n=6)
+  arrays = reads(regularisers.REGULARISERS.entry(name).meta, logp)
+  sc, records = reg.loss((), logp, mask, **arrays)
+  assert jnp.isfinite(sc.total) and float(sc.count) > 0
+  testing.assert_close(sc.count, reg.count(mask))
+  # Padding columns change nothing.
+  pad = lambda x, v: jnp.concatenate([x, jnp.full((6, 2), v)], axis=1)
+  padded, _ = reg.loss((), pad(logp, jnp.nan), pad(mask, 0.0),
+                       **{k: pad(v, -jnp.inf) for k, v in arrays.items()})
+  testing.assert_close(padded, sc)
+  # Two halves add up to the whole (the trainer divides once).
+  halves = [reg.loss((), logp[s], mask[s],
+                     **{k: v[s] for k, v in arrays.items()})[0]
+            for s in (slice(0, 3), slice(3, 6))]
+  testing.assert_close(halves[0].total + halves[1].total, sc.total,
+                       rtol=1e-5)
+  assert all(np.isfinite(np.asarray(x))
+             for x in jax.tree.leaves(records))
+
+
+# ------------------------------------------------------------- shapers
+
+
+@pytest.mark.parametrize("name,options", cases(rewards.SHAPERS))
+def test_shaper_gives_one_finite_float_per_completion(name, options):
+  lengths = np.arange(0, 12)
+  column = rewards.make_shaper(name, **options)(lengths)
+  assert column.shape == lengths.shape and column.dtype == np.float32
+  assert np.all(np.isfinite(column))
+
+
+# ------------------------------------------------ group and row strategies
+
+
+class _Round(NamedTuple):
+  rewards: np.ndarray  # [P, G, K]
+  columns: tuple = ("accuracy", "format")
+
+
+def _draw(r):
+  """Round r: prompt p's accuracy varies when (p + r) is even."""
+  p, g = 4, 3
+  accuracy = np.zeros((p, g), np.float32)
+  accuracy[(np.arange(p) + r) % 2 == 0, 0] = 1.0
+  fmt = np.ones((p, g), np.float32)
+  return _Round(np.stack([accuracy, fmt], axis=-1))
+
+
+@pytest.mark.parametrize("name,options", cases(strategies.GROUP_STRATEGIES))
+def test_group_strategy_keeps_p_groups_of_drawn_rounds(name, options):
+  strategy = strategies.make_group_strategy(name, **options)
+  selected, state = strategy.apply(strategy.init(), _draw, 4)
+  assert state == strategy.init()
+  assert len(selected.picks) == 4 and selected.valid.shape == (4,)
+  assert 1 <= len(selected.rounds) <= strategy.rounds_per_step
+  assert len(set(selected.picks)) == 4  # no group twice
+  for r, i in selected.picks:
+    assert 0 <= r < len(selected.rounds) and 0 <= i < 4
+  # Valid groups come first: fillers only pad the batch.
+  valid = selected.valid.tolist()
+  assert valid == sorted(valid, reverse=True)
+
+
+@pytest.mark.parametrize("name,options", cases(strategies.ROW_STRATEGIES))
+def test_row_strategy_only_removes_tokens(name, options):
+  strategy = strategies.make_row_strategy(name, **options)
+  mask = np.asarray(testing.random_mask(jax.random.PRNGKey(0), (6, 5)))
+  arrays = {"truncated": np.array([True, False] * 3)}
+  out, _ = strategy.apply(strategy.init(), mask,
+                          **{k: arrays[k] for k in strategy.reads})
+  out = np.asarray(out)
+  assert out.shape == mask.shape
+  assert np.all((out == 0) | (out == mask))  # a subset of the tokens
+
+
+@pytest.mark.parametrize("name,options", cases(credit.CREDIT))
+def test_credit_rule_keeps_shapes_and_zeroes_nothing_into_nan(name, options):
+  rule = credit.make(name, **options)
+  adv = jax.random.normal(jax.random.PRNGKey(1), (6,))
+  mask = testing.random_mask(jax.random.PRNGKey(2), (6, 5))
+  out, _ = rule.apply(rule.init(), adv, mask)
+  assert jnp.shape(out) in ((6,), (6, 5))
+  assert np.all(np.isfinite(np.asarray(out)))
+  # Zero advantages give zero credit.
+  zero, _ = rule.apply(rule.init(), jnp.zeros(6), mask)
+  testing.assert_close(zero, jnp.zeros(jnp.shape(zero)))
