@@ -19,6 +19,4 @@ def get_config(arg=None):
   c = config_lib.get_base_config()
   c.rollout.num_prompts *= c.rollout.num_generations // 2
   c.rollout.num_generations = 2
-  c = config_lib.finalize(c, arg)
-  c.rollout.num_generations = 2
-  return c
+  return config_lib.finalize(c, arg)

@@ -25,7 +25,7 @@ class Batch(NamedTuple):
     tokens: [N, S] int32, left-padded prompt then completion.
     input_mask: [N, S] float32, 1 on real prompt and completion tokens.
     completion_mask: [N, T] float32, 1 on tokens that enter the loss.
-    advantages: [N] float32.
+    advantages: [N] float32, or [N, T] for token-level credit.
     old_logp: [N, T] float32 behaviour log-probs (trainer's forward pass),
       or None on policy: the batch feeds a single optimiser step, whose own
       log-probs, detached, are then the behaviour log-probs (ratio exactly 1,

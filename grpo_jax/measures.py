@@ -124,6 +124,8 @@ class Sum(NamedTuple):
 
 def merge(a: Mapping, b: Mapping) -> Dict:
   """Merges two dicts of records with the same keys, record by record."""
+  if set(a) != set(b):
+    raise ValueError(f"records to merge differ in {sorted(set(a) ^ set(b))}.")
   return {name: a[name].merge(b[name]) for name in a}
 
 

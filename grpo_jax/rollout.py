@@ -241,8 +241,9 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   adv = {"group": rows, "token": np.asarray}[c["advantage"].output](adv)
   sample_mask = rows(gather("mask"))
   loss_mask = sample_mask * np.repeat(selected.valid, g)[:, None]
-  adv, states["credit"] = c["credit"].apply(states["credit"], adv,
-                                            loss_mask)
+  adv, states["credit"] = c["credit"].apply(
+      states["credit"], adv, loss_mask,
+      **{name: rows(gather(name)) for name in c["credit"].reads})
   loss_mask, states["rows"] = c["rows"].apply(
       states["rows"], loss_mask,
       **{name: rows(gather(name)) for name in c["rows"].reads})
@@ -262,6 +263,15 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   return batch, measurements, states
 
 
+def _row_abs_mean(adv, batch) -> np.ndarray:
+  """[N] |advantage| per row: [N] as is, [N, T] averaged over sampled tokens."""
+  adv = np.abs(np.asarray(adv))
+  if adv.ndim == 1:
+    return adv
+  mask = np.asarray(batch.input_mask)[:, -adv.shape[1]:]
+  return (adv * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0)
+
+
 def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
              *, estimator) -> dict:
   """The rollout's measurements. Rewards, lengths and collapse describe the
@@ -276,8 +286,9 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
       # Groups without signal as the estimator sees them: advantages 0.
       "advantage/collapse_rate": float(groups_lib.collapse_rate(
           first.rewards, weights, per_reward=estimator.input == "PGK")),
-      # Over the valid groups (fillers' advantages are 0 and do not count).
-      "advantage/abs_mean": float(np.abs(np.asarray(adv)).sum()
+      # Over the valid groups' rows (fillers' advantages are 0 and do not
+      # count); token-level advantages as each row's mean over its tokens.
+      "advantage/abs_mean": float(_row_abs_mean(adv, batch).sum()
                                   / max(valid.sum() * g, 1)),
       "completion_length/mean": float(first.lengths.mean()),
       "completion_length/max": float(first.lengths.max()),

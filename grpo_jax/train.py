@@ -179,7 +179,7 @@ def make_loss_functions(*, model_config: models.ModelConfig,
                                  **reads(reg.reads))
       loss += measures.safe_divide(sc.total, counts[reg.name])
       records.update(measures.stop_gradient(reg_records))
-    if micro.old_logp is None:
+    if micro.old_logp is None and micro.sampler_logp is not None:
       # On policy the sampler's log-probs came from these params: measure
       # the gap over every sampled token, not only the loss's. (Off policy
       # the rollout measures it, before the params move.)
@@ -205,7 +205,8 @@ def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
   micro_batches = split_microbatches(batch, microbatch_size)
   counts = loss_functions.counts(batch.completion_mask)
   batch_stats = None
-  if loss_functions.pre_pass is not None:
+  # One microbatch is the minibatch: its own statistics are exact.
+  if loss_functions.pre_pass is not None and micro_batches.tokens.shape[0] > 1:
     batch_stats = measures.merge_stacked(jax.lax.map(
         lambda micro: loss_functions.pre_pass(params, micro), micro_batches))
   grad_fn = jax.value_and_grad(

@@ -98,7 +98,6 @@ def test_table_has_both_frameworks():
   assert lines[3].startswith("| 1 x 8 | TRL 1.16.0 | 8.00 |")
 
 
-@pytest.mark.slow
 def test_tiny_run_writes_json(tmp_path):
   path = tmp_path / "step.json"
   step_bench.main(["--model", "tiny", "--skip_trl", "--steps", "1",

@@ -23,18 +23,17 @@ from grpo_jax import train
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def small_state(objective="r2vpo"):
+def small_state(objective="r2vpo", **options):
   optimizer = optim.make_optimizer(learning_rate=1e-3, warmup_steps=2,
                                    decay="cosine", total_steps=10)
   params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
-  options = {"lam0": 0.5} if objective == "r2vpo" else {}
   state = train.init_state(params, optimizer, seed=3, components={
       "objective": objectives.make(objective, **options)})
   return state._replace(step=jnp.asarray(7, jnp.int32))
 
 
 def test_round_trip_restores_every_leaf_and_the_metadata(tmp_path):
-  state = small_state()
+  state = small_state(lam0=0.5)
   ckpt = checkpoint.Checkpointer(str(tmp_path))
   ckpt.save(7, state, {"note": "hello"})
   template = jax.tree.map(jnp.zeros_like, state)

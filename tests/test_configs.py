@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs",
                                                              "*.py"))
-    if not os.path.basename(p).startswith(("_", "common")))
+    if not os.path.basename(p).startswith("_"))
 
 
 def load(name, arg=None):

@@ -90,7 +90,6 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_two_processes_train_the_same_params(tmp_path):
   """Two processes x 2 CPU devices, FSDP over all 4: both finish with the
   same params and the same (global) measurements; process 0 alone opens

@@ -113,7 +113,6 @@ def test_new_variant_notebook_registers_checks_trains_and_restores():
   assert image_count(notebook) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.real_model
 def test_quickstart_notebook_runs():
   notebook = execute("quickstart.ipynb", timeout=600)

@@ -98,7 +98,8 @@ class PrePass(NamedTuple):
   """Statistics over the whole minibatch, fixed for all its microbatches.
 
   Attributes:
-    when: ``when(**options) -> bool``: whether these options need it.
+    when: ``when(**options) -> bool``: whether these options (every one
+      resolved, defaults included) need it.
     stats: ``stats(logp, old_logp, advantages, mask, **options) -> measures
       dict`` (the options of its signature bound), computed per microbatch
       (no gradient) and merged.

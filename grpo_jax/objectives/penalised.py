@@ -60,8 +60,8 @@ def _dual_update(state, step_measures, *, delta=R2VPO_DELTA, eta=R2VPO_ETA,
       delta=delta, eta=eta)
 
 
-def _minibatch_stats(logp, old_logp, advantages, mask, *,
-                     aggregation="token_mean", horizon=None):
+def _minibatch_stats(logp, old_logp, advantages, mask, *, aggregation,
+                     horizon):
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   return {"ratio": measures.Moments.of(batch.ratio, batch.mask),
           "loss_count": measures.Sum(
@@ -85,7 +85,7 @@ def _from_minibatch(stats):
     # Exact under microbatching: the minibatch's mean ratio (the centre)
     # and its count per token (the penalty's weight) come from a pre-pass.
     prepass=_kit.PrePass(
-        when=lambda center="one", aggregation="token_mean", **_: (
+        when=lambda center, aggregation, **_: (
             center == "mean" or aggregation != "token_mean"),
         stats=_minibatch_stats, loss_kwargs=_from_minibatch,
         provides=("ratio_center", "count_per_token")))

@@ -33,7 +33,8 @@ class Objective(NamedTuple):
       with the step's merged measurement records.
     prepass: None, or ``prepass(logp, old_logp, advantages, mask) ->
       measures``: statistics over the whole minibatch (merged over its
-      microbatches, then passed to `loss` as `batch_stats`).
+      microbatches, then passed to `loss` as `batch_stats`; with
+      ``batch_stats=None`` the loss uses its own rows' statistics).
   """
   name: str
   level: str
@@ -105,7 +106,11 @@ def make(name: str, **options) -> Objective:
   agg.check_mode(aggregation, horizon)  # before any compute
   spec = meta.get("state")
   prepass_spec = meta.get("prepass")
-  if prepass_spec is not None and not prepass_spec.when(**loss_options):
+  # The pre-pass sees every option resolved (defaults from the signature).
+  resolved = {k: p.default for k, p in defaults.items()
+              if p.default is not p.empty}
+  resolved.update(loss_options)
+  if prepass_spec is not None and not prepass_spec.when(**resolved):
     prepass_spec = None
 
   def init():
@@ -116,7 +121,7 @@ def make(name: str, **options) -> Objective:
     kwargs = dict(extra)
     if spec is not None:
       kwargs.update(spec.loss_kwargs(state))
-    if prepass_spec is not None:
+    if prepass_spec is not None and batch_stats is not None:
       kwargs.update(prepass_spec.loss_kwargs(batch_stats))
     return fn(logp, old_logp, advantages, mask, **kwargs)
 
@@ -132,7 +137,7 @@ def make(name: str, **options) -> Objective:
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon),
       update=update,
       prepass=None if prepass_spec is None else functools.partial(
-          prepass_spec.stats, **_accepted(prepass_spec.stats, loss_options)))
+          prepass_spec.stats, **_accepted(prepass_spec.stats, resolved)))
   _check_values(objective)
   return objective
 

@@ -3,7 +3,7 @@ tokens, ...) that add one reward column.
 
 A shaper maps lengths [N] (int token counts) and its keyword options to a
 column [N] float32, and registers in `SHAPERS`; its column is named after it
-and weighted like any reward (``rewards.<name>.weight`` in a config).
+and weighted like any reward (``rewards.shapers.<name>.weight`` in a config).
 
 | name         | column                                          | paper            |
 |--------------|-------------------------------------------------|------------------|

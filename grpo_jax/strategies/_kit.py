@@ -41,7 +41,9 @@ class Selected(NamedTuple):
 
 
 class Selection(NamedTuple):
-  """A bound prompt selection: ``select(task, step, round) -> examples``."""
+  """A bound prompt selection: ``select(task, step, round, num_prompts) ->
+  examples`` (stateless for now; a stateful one will take and return its
+  state like the other stages)."""
   name: str
   init: Callable[[], Any]
   select: Callable

@@ -27,8 +27,14 @@ def _keep_signal_first(rounds, signals, num_prompts):
                   valid=np.arange(num_prompts) < len(chosen))
 
 
+def _rounds(max_rounds=3, **_):
+  if not isinstance(max_rounds, int) or max_rounds < 1:
+    raise ValueError(f"max_rounds must be an integer >= 1; got {max_rounds!r}.")
+  return max_rounds
+
+
 @GROUP_STRATEGIES.register(
-    rounds_per_step=lambda max_rounds=3, **_: max_rounds, paper="2503.14476",
+    rounds_per_step=_rounds, paper="2503.14476",
     examples=({}, {"max_rounds": 1}, {"signal_reward": "accuracy"}))
 def dynamic_sampling(draw, num_prompts, *, max_rounds=3, signal_reward=""):
   """DAPO's dynamic sampling (arXiv 2503.14476): keep groups whose signal
