@@ -41,11 +41,14 @@ class Entry(NamedTuple):
 class Registry:
   """Name -> `Entry` for one kind of component."""
 
-  def __init__(self, kind: str, *, positional: Tuple[str, ...] = ()):
+  def __init__(self, kind: str, *, positional: Tuple[str, ...] = (),
+               required: Tuple[str, ...] = ()):
     """`kind` names the component in messages; `positional` lists the array
-    arguments every entry takes before its keyword options."""
+    arguments every entry takes before its keyword options; `required` the
+    metadata keys every entry must declare (checked when it registers)."""
     self.kind = kind
     self.positional = tuple(positional)
+    self.required = tuple(required)
     self._entries: Dict[str, Entry] = {}
 
   def register(self, name: str = "", *, examples=({},), **meta):
@@ -54,6 +57,11 @@ class Registry:
       key = name or fn.__name__
       if key in self._entries and self._entries[key].fn is not fn:
         raise ValueError(f"{self.kind} {key!r} is registered twice.")
+      missing = [m for m in self.required if m not in meta]
+      if missing:
+        raise ValueError(
+            f"{self.kind} {key!r} must declare {', '.join(missing)} when it "
+            f"registers (e.g. @register({missing[0]}=...)).")
       self._entries[key] = Entry(key, fn, dict(meta),
                                  tuple(dict(e) for e in examples))
       return fn

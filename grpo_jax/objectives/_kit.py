@@ -17,7 +17,8 @@ from grpo_jax import measures
 from grpo_jax import registry
 
 OBJECTIVES = registry.Registry(
-    "objective", positional=("logp", "old_logp", "advantages", "mask"))
+    "objective", positional=("logp", "old_logp", "advantages", "mask"),
+    required=("level", "mechanism"))
 
 # exp(20) ~ 4.9e8: far beyond any trust region, small enough that r, r^2 and
 # their gradients stay finite in float32.

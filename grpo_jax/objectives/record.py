@@ -101,6 +101,10 @@ def make(name: str, **options) -> Objective:
   if level == "sequence":
     aggregation, horizon = SEQUENCE_AGGREGATION, None
   else:
+    if "aggregation" not in defaults or "horizon" not in defaults:
+      raise ValueError(
+          f"objective {name!r} is level='token' but takes no aggregation= and "
+          "horizon=; add them (or register it with level='sequence').")
     aggregation = options.get("aggregation", defaults["aggregation"].default)
     horizon = options.get("horizon", defaults["horizon"].default)
   agg.check_mode(aggregation, horizon)  # before any compute

@@ -22,7 +22,8 @@ from grpo_jax import registry
 SELECTIONS = registry.Registry(
     "prompt selection", positional=("task", "index", "num_prompts"))
 GROUP_STRATEGIES = registry.Registry(
-    "group strategy", positional=("draw", "num_prompts"))
+    "group strategy", positional=("draw", "num_prompts"),
+    required=("rounds_per_step",))
 ROW_STRATEGIES = registry.Registry("row strategy", positional=("loss_mask",))
 
 

@@ -52,3 +52,15 @@ def test_a_law_fails_for_a_broken_objective():
                                    mechanism=None)(by_padded_length)
     with pytest.raises(AssertionError):
       laws.law_masked_equals_dropped("by_padded_length", {})
+
+
+def test_registering_without_the_required_metadata_is_an_error():
+  with objectives.OBJECTIVES.scoped():
+    with pytest.raises(ValueError, match="must declare mechanism"):
+      objectives.OBJECTIVES.register("no_mechanism", level="token")(_toy_clip)
+    objectives.OBJECTIVES.register("no_aggregation", level="token",
+                                   mechanism=None)(
+        lambda logp, old_logp, advantages, mask: objectives.reinforce(
+            logp, old_logp, advantages, mask))
+    with pytest.raises(ValueError, match="aggregation= and horizon="):
+      objectives.make("no_aggregation")
