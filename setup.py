@@ -33,7 +33,12 @@ setup(
         # accelerate: transformers needs it to load the GGUF reference model.
         "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26",
                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
-        "bench": ["torch>=2.4", "trl>=0.20"],
+        # google-tunix pinned: the sampler benchmark patches its Llama's
+        # RoPE (0.1.7 ignores rope_theta); it needs Python 3.11, and the
+        # benchmark leaves its column out without it. trl pulls accelerate
+        # and datasets.
+        "bench": ["torch>=2.4", "trl>=0.20",
+                  "google-tunix==0.1.7; python_version>='3.11'"],
         "notebooks": ["jupyter", "matplotlib>=3.8", "nbclient>=0.10",
                       "nbformat>=5.9", "ipykernel>=6.29"],
     },

@@ -7,6 +7,7 @@ until the policy moves.
 """
 
 import functools
+import math
 from typing import NamedTuple, Optional
 
 import jax
@@ -47,9 +48,55 @@ class Batch(NamedTuple):
   temperature: jnp.ndarray
 
 
+def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
+                      completion_start: int, *, group_size: int = 1):
+  """The hidden states that predict the completion tokens, [N, T, D].
+
+  Row i's ``h[i, s-1]`` for ``s = completion_start ... S-1``: the hidden
+  state one position earlier predicts each completion token.
+
+  With ``group_size`` G > 1, rows in consecutive blocks of G share their
+  prompt columns (as `assemble_batch` lays out a group's completions). Each
+  prompt then runs through the model once; its keys and values are repeated
+  G times and the completions attend to them through the cache, so a step
+  pays for P prompts instead of N = P*G. The values are those of the full
+  forward pass, and so is the gradient: the repeat sums the G rows'
+  gradients into their shared prompt.
+  """
+  n, s = tokens.shape
+  if group_size == 1:
+    hidden, _ = models.forward(params, config, tokens,
+                               models.positions_from_mask(input_mask),
+                               models.causal_attention_mask(input_mask))
+    return hidden[:, completion_start - 1:-1]
+  if n % group_size:
+    raise ValueError(
+        f"group_size={group_size} must divide the {n} rows of tokens.")
+  sp = completion_start
+  positions = models.positions_from_mask(input_mask)
+  real = input_mask.astype(bool)
+  slots = jnp.arange(s)[None, None, :]
+  # Causal over the cache's slots, real keys only (padding queries see no
+  # key and give zeros, as in `models.causal_attention_mask`).
+  visible = lambda queries, keys: (slots <= queries[None, :, None]) & keys[
+      :, None, :]
+  prompt_keys = real[::group_size] & (jnp.arange(s) < sp)[None, :]
+  hidden_p, cache = models.forward(
+      params, config, tokens[::group_size, :sp], positions[::group_size, :sp],
+      visible(jnp.arange(sp), prompt_keys),
+      cache=models.init_cache(config, n // group_size, s), cache_index=0)
+  repeat = lambda x, axis: jnp.repeat(x, group_size, axis=axis)
+  cache = models.KVCache(repeat(cache.k, 1), repeat(cache.v, 1))
+  hidden_c, _ = models.forward(
+      params, config, tokens[:, sp:], positions[:, sp:],
+      visible(jnp.arange(sp, s), real), cache=cache, cache_index=sp)
+  return jnp.concatenate([repeat(hidden_p[:, -1:], 0), hidden_c[:, :-1]],
+                         axis=1)
+
+
 def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
                     completion_start: int, *, temperature=1.0,
-                    chunk_size: int = 4096):
+                    chunk_size: int = 4096, group_size: int = 1):
   """Log-probs and entropy of the completion tokens, teacher-forced.
 
   logp[i, t] = log_softmax(h[i, s-1] W / temperature)[tokens[i, s]] with
@@ -66,6 +113,8 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
     completion_start: Sp, the column of the first completion token.
     temperature: the sampling temperature, a float or [N] per row.
     chunk_size: positions (of N*T) per chunk of `logprobs.token_logprobs`.
+    group_size: rows in consecutive blocks of this size share their prompt
+      columns, which then run once per block (`completion_hidden`).
 
   Returns:
     (logp [N, T], entropy [N, T]) float32.
@@ -78,40 +127,44 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
     raise ValueError(
         f"completion_start must be in (0, S={tokens.shape[1]}); got "
         f"{completion_start}.")
-  positions = models.positions_from_mask(input_mask)
-  attention = models.causal_attention_mask(input_mask)
-  hidden, _ = models.forward(params, config, tokens, positions, attention)
+  hidden = completion_hidden(params, config, tokens, input_mask,
+                             completion_start, group_size=group_size)
   out = logprobs_lib.token_logprobs(
-      hidden[:, completion_start - 1:-1], models.unembedding(params, config),
+      hidden, models.unembedding(params, config),
       tokens[:, completion_start:], temperature=temperature,
       chunk_size=chunk_size)
   return out[0], out[1]
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "config", "completion_start", "chunk_size"))
+    "config", "completion_start", "chunk_size", "group_size"))
 def _jitted_logprobs(params, tokens, input_mask, temperature, *, config,
-                     completion_start, chunk_size):
+                     completion_start, chunk_size, group_size):
   return policy_logprobs(params, config, tokens, input_mask, completion_start,
-                         temperature=temperature, chunk_size=chunk_size)
+                         temperature=temperature, chunk_size=chunk_size,
+                         group_size=group_size)
 
 
 def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
-                     temperature, chunk_size, batch_size=0):
+                     temperature, chunk_size, batch_size=0, group_size=1):
   """`policy_logprobs` over rows in slices of `batch_size` (0: all), no grad;
-  `temperature` is [N] per row (traced: new values never recompile).
+  `temperature` is [N] per row (traced: new values never recompile); rows
+  in blocks of `group_size` share their prompt (see `completion_hidden`).
 
   Returns logp [N, T] float32.
   """
   rows = tokens.shape[0]
   size = batch_size or rows
+  # Slices start at multiples of `size`, so blocks of gcd(size, G) rows lie
+  # within one group.
+  group_size = math.gcd(size, group_size)
   temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32),
                                  (rows,))
   pieces = [
       _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
                        temperature[i:i + size], config=config,
                        completion_start=completion_start,
-                       chunk_size=chunk_size)[0]
+                       chunk_size=chunk_size, group_size=group_size)[0]
       for i in range(0, rows, size)]
   return jnp.concatenate(pieces, axis=0)
 
@@ -164,7 +217,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
        np.asarray(completion_mask, np.float32)], axis=1))
   temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (n,))
   logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
-                        batch_size=logprob_batch_size)
+                        batch_size=logprob_batch_size, group_size=g)
   old_logp = None
   if not on_policy:
     old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,

@@ -107,6 +107,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
   c.train.chunk_size = 4096       # positions (of N*T) per log-prob chunk
+  # jax's persistent compilation cache: a rerun (or a resumed run) loads
+  # the compiled sampler and update instead of compiling them; "" = off.
+  c.train.compilation_cache_dir = "~/.cache/grpo_jax/xla"
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50
@@ -139,6 +142,7 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.optimizer.warmup_steps = 0
   c.train.num_steps = 4
   c.train.chunk_size = 64
+  c.train.compilation_cache_dir = ""  # tiny programs compile in seconds
   c.checkpoint.every = 2
   c.data.heldout_size = 4
   return c

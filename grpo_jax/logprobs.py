@@ -66,10 +66,11 @@ def project_logits(hidden, unembedding):
   Returns:
     [..., V] float32 logits.
   """
-  return lax.dot_general(
-      hidden, unembedding,
-      (((hidden.ndim - 1,), (0,)), ((), ())),
-      preferred_element_type=jnp.float32)
+  with jax.named_scope("logits"):
+    return lax.dot_general(
+        hidden, unembedding,
+        (((hidden.ndim - 1,), (0,)), ((), ())),
+        preferred_element_type=jnp.float32)
 
 
 def scoring_temperature(temperature):
@@ -194,8 +195,9 @@ def token_logprobs(hidden, unembedding, targets, *, temperature=1.0,
   # Chunks are all N rows by some columns: on a mesh the rows stay split, so
   # each device works on its own rows in every chunk.
   columns = max(1, min(int(chunk_size) // n, t))
-  logp, entropy = _logprobs(hidden, unembedding, targets.astype(jnp.int32),
-                            temperature, columns)
+  with jax.named_scope("logits"):  # profiles file the head under it
+    logp, entropy = _logprobs(hidden, unembedding,
+                              targets.astype(jnp.int32), temperature, columns)
   return TokenLogprobs(logp, entropy)
 
 

@@ -48,6 +48,10 @@ RESIDUAL = P(BATCH_AXES, None, None)  # [B, S, D]: the residual stream.
 HEADS = P(BATCH_AXES, None, "tensor", None)  # [B, S|L, heads, hd]: q/k/v and
                                              # one layer's KV cache.
 MLP_HIDDEN = P(BATCH_AXES, None, "tensor")  # [B, S, F]
+# The same, feature-major (the decode step's [D, N] activations).
+COLUMNS = P(None, BATCH_AXES)  # [D, N]
+HEAD_COLUMNS = P("tensor", None, BATCH_AXES)  # [heads, hd, N]
+MLP_COLUMNS = P("tensor", BATCH_AXES)  # [F, N]
 
 # (regex over the '/'-joined parameter path, spec over the full shape).
 # First full match wins. Shapes from models/transformer.py (Lyr leading).

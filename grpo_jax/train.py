@@ -29,6 +29,7 @@ from a checkpoint continues exactly as an uninterrupted one.
 """
 
 import logging
+import math
 import os
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
@@ -135,7 +136,8 @@ def make_loss_functions(*, model_config: models.ModelConfig,
                         objective: objectives.Objective,
                         regularisers: Sequence[
                             regularisers_lib.Regulariser] = (),
-                        chunk_size: int = 4096) -> LossFunctions:
+                        chunk_size: int = 4096,
+                        group_size: int = 1) -> LossFunctions:
   """The objective plus regularisers on the policy's log-probs.
 
   Args:
@@ -143,16 +145,23 @@ def make_loss_functions(*, model_config: models.ModelConfig,
     objective: an `objectives.make(...)` record.
     regularisers: `regularisers.make(...)` records (KL when beta > 0).
     chunk_size: rows x columns per chunk of the log-prob computation.
+    group_size: rows in consecutive blocks of this size share their prompt
+      (a rollout's G completions), whose forward pass then runs once per
+      block (`batch.completion_hidden`); 1 for batches laid out otherwise.
 
   The log-probs use each row's sampling temperature (``Batch.temperature``),
   so that on policy every ratio is 1.
   """
   def forward(params, micro):
-    start = micro.tokens.shape[1] - micro.completion_mask.shape[1]
+    rows, columns = micro.tokens.shape
+    # Microbatches start at multiples of their size, so blocks of
+    # gcd(rows, G) rows lie within one group.
     return policy_logprobs(params, model_config, micro.tokens,
-                           micro.input_mask, start,
+                           micro.input_mask,
+                           columns - micro.completion_mask.shape[1],
                            temperature=micro.temperature,
-                           chunk_size=chunk_size)
+                           chunk_size=chunk_size,
+                           group_size=math.gcd(rows, group_size))
 
   def behaviour(micro, logp):
     # On policy (no old_logp) the behaviour log-probs are these, detached.
@@ -220,7 +229,8 @@ def make_update_fn(*, model_config: models.ModelConfig,
                    objective: objectives.Objective,
                    regularisers: Sequence[regularisers_lib.Regulariser] = (),
                    microbatch_size: int = 0,
-                   chunk_size: int = 4096, jit: bool = True) -> Callable:
+                   chunk_size: int = 4096, group_size: int = 1,
+                   jit: bool = True) -> Callable:
   """Builds ``update_fn(state, batch) -> (state, records)``: one optimiser
   step on one minibatch (`batch_lib.Batch` of M rows).
 
@@ -229,11 +239,12 @@ def make_update_fn(*, model_config: models.ModelConfig,
   a skipped update. `records` are `measures` records, merged exactly by the
   caller across minibatches. Arguments: see `make_loss_functions`, and
   `microbatch_size` rows per accumulation step (0: the whole minibatch),
+  `group_size` rows per shared prompt,
   `jit` to jit with the state donated (False for `sharding.jit_sharded`).
   """
   loss_functions = make_loss_functions(
       model_config=model_config, objective=objective,
-      regularisers=regularisers, chunk_size=chunk_size)
+      regularisers=regularisers, chunk_size=chunk_size, group_size=group_size)
 
   def update_fn(state: TrainState, batch):
     grads, loss, records = minibatch_gradient(
@@ -337,6 +348,18 @@ def make_components(config) -> dict:
   return components
 
 
+def enable_compilation_cache(path: str) -> None:
+  """Keeps every compiled program under `path` (jax's persistent cache;
+  "" leaves jax's setting alone), so that the first step of a rerun loads
+  the sampler and the update instead of compiling them."""
+  if not path:
+    return
+  jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+  # Cache every program: the step's smaller ones add up too.
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # 0: auto
+
+
 def build(config) -> Run:
   """Validates `config`, loads model, task and rewards; builds the functions.
 
@@ -344,6 +367,7 @@ def build(config) -> Run:
   ``kl.beta > 0``.
   """
   config_lib.validate(config)
+  enable_compilation_cache(config.train.compilation_cache_dir)
   model_config, params, tokenizer = models.load_model(
       config.model.name, seed=config.seed)
   optimizer = optim.make_optimizer(
@@ -367,7 +391,8 @@ def build(config) -> Run:
   update_fn = make_update_fn(
       model_config=model_config, optimizer=optimizer, objective=objective,
       regularisers=regularisers, microbatch_size=config.train.microbatch_size,
-      chunk_size=config.train.chunk_size, jit=False)
+      chunk_size=config.train.chunk_size,
+      group_size=config.rollout.num_generations, jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh)
   rollout_fn = rollout_lib.from_config(
       config, model_config, tokenizer,

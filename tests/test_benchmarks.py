@@ -1,12 +1,101 @@
-"""Smoke tests of experiments/benchmarks/step.py (not the benchmark itself)."""
+"""Smoke tests of experiments/benchmarks/ (not the benchmarks themselves).
 
+Tiny shapes only; peers (TRL, Tunix) are not needed.
+"""
+
+import functools
 import json
 
+import numpy as np
 import pytest
 
 from grpo_jax import config as config_lib
+from experiments.benchmarks import machine
+from experiments.benchmarks import sampler as sampler_bench
 from experiments.benchmarks import step as step_bench
 from grpo_jax import data
+
+# A machine whose floors are easy to check by hand.
+LIMITS = machine.Limits(matmul_gflop_s=100.0, bandwidth_gb_s=10.0)
+
+
+_small_measure = functools.partial(  # bound now: tests monkeypatch measure
+    machine.measure, matmul_size=64, copy_bytes=2**20, repeats=2)
+
+
+# ------------------------------------------------------------------ machine
+
+
+def test_machine_measures_on_tiny_sizes(tmp_path):
+  path = tmp_path / "machine.json"
+  limits = machine.main(["--matmul_size", "64", "--copy_mib", "1",
+                         "--repeats", "2", "--json", str(path)])
+  assert limits.matmul_gflop_s > 0 and limits.bandwidth_gb_s > 0
+  assert json.loads(path.read_text()) == limits._asdict()
+
+
+def test_decode_floor_takes_the_binding_limit():
+  # 1e9 weights of 4 bytes: reading them takes 0.4 s; 2e9 FLOPs per row 0.02 s.
+  assert machine.decode_step_floor_s(1e9, 4e9, 1, LIMITS) == 0.4
+  assert machine.decode_step_floor_s(1e9, 4e9, 100, LIMITS) == 2.0
+  assert machine.update_floor_s(1e9, 10, LIMITS) == 0.6
+
+
+def test_matmul_weights_count_a_tied_embedding_once_and_skip_an_untied_one():
+  tied = dict(embed=np.zeros((10, 4), np.float32),
+              layers=dict(q=np.zeros((2, 4, 4), np.float32)))
+  assert machine.matmul_weights(tied) == (72, 288)
+  untied = dict(tied, lm_head=np.zeros((4, 10), np.float32))
+  assert machine.matmul_weights(untied) == (72, 288)
+
+
+# ------------------------------------------------------------------ sampler
+
+
+def _sampler_results():
+  result = lambda speeds: dict(weights=1e9, weight_bytes=4e9,
+                               tokens_per_s=dict(zip(("1", "8x8"), speeds)))
+  return dict(grpo_jax=result([2.0, 64.0]), hf=result([1.0, 32.0]),
+              tunix=result([4.0, 64.0]))
+
+
+def test_sampler_rows_give_ratios_floors_and_shares():
+  rows = sampler_bench.make_rows(_sampler_results(), LIMITS, ["1", "8x8"])
+  one, many = rows
+  assert (one["bound_tokens_per_s"], one["binding"]) == (2.5, "bandwidth")
+  assert (one["ratio_vs_hf"], one["ratio_vs_tunix"]) == (2.0, 0.5)
+  assert one["grpo_jax_share_of_bound"] == 0.8
+  # 64 rows: 1.28 s of FLOPs per step binds.
+  assert many["rows"] == 64 and many["binding"] == "matmul"
+  assert many["bound_tokens_per_s"] == pytest.approx(50.0)
+  assert many["tunix_share_of_bound"] == pytest.approx(1.28)
+
+
+def test_sampler_table_has_a_column_per_framework():
+  rows = sampler_bench.make_rows(_sampler_results(), LIMITS, ["1", "8x8"])
+  lines = sampler_bench.table(rows, ["grpo_jax", "hf", "tunix"]).splitlines()
+  assert len(lines) == 4
+  assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+  assert lines[2] == ("| 1 | 2.0 | 1.0 | 4.0 | 2.00x | 0.50x | 2.5 "
+                      "(bandwidth) | 80% | 40% | 160% |")
+  alone = sampler_bench.table(rows, ["grpo_jax"]).splitlines()
+  assert alone[2] == "| 1 | 2.0 | 2.5 (bandwidth) | 80% |"
+
+
+def test_sampler_skips_peers_on_request():
+  args = sampler_bench.parse_args(["--skip_hf", "--skip_tunix"])
+  assert sampler_bench.frameworks_to_run(args) == ["grpo_jax"]
+  assert sampler_bench.parse_batch("8x8") == (8, 8)
+  assert sampler_bench.parse_batch("32") == (32, 1)
+
+
+def test_tunix_tokenizer_hands_over_exact_ids():
+  ids = sampler_bench.TunixIds({"prompt 0": [5, 6]}, tokenizer=None)
+  assert ids.encode("prompt 0") == [5, 6]
+  assert (ids.bos_id(), ids.pad_id(), ids.eos_id()) == (None, 0, -1)
+
+
+# --------------------------------------------------------------------- step
 
 
 def test_defaults_match_the_trl_comparison():
@@ -86,26 +175,81 @@ def test_trl_dataset_holds_grpo_jax_prompts_in_order():
   assert isinstance(task, data.ArithmeticTask)
 
 
-def test_table_has_both_frameworks():
+def _step_row():
   result = dict(step_s=2.0, sample_s=1.0, logprob_s=0.5, update_s=0.5,
-                completion_length=64.0)
-  text = step_bench.table([dict(
-      num_prompts=1, grpo_jax=result,
-      trl=dict(result, step_s=8.0, trl_version="1.16.0"))])
-  lines = text.splitlines()
+                completion_length=64.0, update_tokens=1000.0, weights=1e9,
+                weight_bytes=4e9, first_step_s=20.0,
+                first_step_compile_s=dict(sampler=9.0, update=6.0, other=1.0),
+                cache_hits=0)
+  row = dict(num_prompts=1, grpo_jax=result,
+             trl=dict(result, step_s=8.0, trl_version="1.16.0"))
+  step_bench.add_floors(row, LIMITS, max_new_tokens=64)
+  return row
+
+
+def test_floors_add_decode_and_update():
+  row = _step_row()
+  # 64 decode steps of 8 rows at 0.4 s (bandwidth), 6e12 FLOPs of update.
+  assert row["grpo_jax"]["decode_floor_s"] == pytest.approx(25.6)
+  assert row["grpo_jax"]["update_floor_s"] == pytest.approx(60.0)
+  assert row["trl"]["share_of_floor"] == pytest.approx(85.6 / 8.0)
+
+
+def test_table_has_both_frameworks():
+  lines = step_bench.table([_step_row()]).splitlines()
   assert len(lines) == 4
+  assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
   assert lines[2].startswith("| 1 x 8 | grpo_jax | 2.00 |")
+  assert lines[2].endswith("| 64.0 | 1000 | 25.6 + 60 | 4280% |")
   assert lines[3].startswith("| 1 x 8 | TRL 1.16.0 | 8.00 |")
 
 
-def test_tiny_run_writes_json(tmp_path):
+def test_first_step_text_splits_compilation():
+  row = _step_row()
+  assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]) == (
+      "grpo_jax: first step 20.0 s = 10.0x the mean later step; XLA "
+      "compilation in it 16.0 s (sampler 9.0, update 6.0, other 1.0), 0 "
+      "persistent cache hits")
+  del row["trl"]["first_step_compile_s"]
+  assert step_bench.first_step_text("TRL", row["trl"]).endswith(
+      "2.5x the mean later step")
+
+
+def test_compile_split_by_function():
+  compiled = [("jit(_sample)", 3.0), ("jit(update_fn)", 2.0),
+              ("jit(_assemble)", 0.5), ("jit(add)", 0.25)]
+  assert step_bench.compile_split(compiled) == dict(
+      sampler=3.0, update=2.0, other=0.75)
+
+
+def test_compilation_cache_keeps_every_entry(monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+  updates = {}
+  monkeypatch.setattr(jax.config, "update",
+                      lambda name, value: updates.__setitem__(name, value))
+  step_bench.use_compilation_cache("/tmp/cache")
+  assert updates == {
+      "jax_compilation_cache_dir": "/tmp/cache",
+      "jax_persistent_cache_min_compile_time_secs": 0,
+      "jax_persistent_cache_min_entry_size_bytes": -1}
+
+
+def test_tiny_run_writes_json(tmp_path, monkeypatch):
+  monkeypatch.setattr(machine, "measure", _small_measure)
   path = tmp_path / "step.json"
   step_bench.main(["--model", "tiny", "--skip_trl", "--steps", "1",
                    "--max_new_tokens", "8", "--json", str(path)])
   out = json.loads(path.read_text())
   assert out["grpo_jax_step_s"] > 0
   assert out["trl_step_s"] is None
-  assert out["rows"][0]["grpo_jax"]["compiles_per_step"][1] == 0
+  ours = out["rows"][0]["grpo_jax"]
+  assert ours["compiles_per_step"][1] == 0
+  # End ids ignored: every completion has all its tokens.
+  assert ours["completion_length"] == 8.0
+  assert ours["update_tokens"] > 8 * 8
+  assert ours["first_step_compile_s"]["sampler"] > 0
+  assert 0 < ours["share_of_floor"] < 1
+  assert out["limits"]["matmul_gflop_s"] > 0
 
 
 def test_summarize_needs_a_step_after_warmup():

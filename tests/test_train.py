@@ -126,6 +126,37 @@ def test_microbatch_size_does_not_change_the_update(model, objective,
                          testing.numpy(params["embed"]))
 
 
+def test_a_shared_prompt_runs_once_with_the_full_forwards_values(model):
+  """Rows in blocks of G with one prompt: running the prompt once and
+  repeating its keys/values gives the full forward's log-probs, entropies
+  and gradient (left padding and ragged completions included). Rows of
+  different prompts in one block do not: the path reads one prompt each."""
+  config, params = model
+  batch = random_batch(config, params, jax.random.PRNGKey(1))
+  weights = jax.random.normal(jax.random.PRNGKey(2), batch.old_logp.shape)
+
+  def loss(params, batch, group_size):
+    logp, entropy = batch_lib.policy_logprobs(
+        params, config, batch.tokens, batch.input_mask, 4,
+        temperature=batch.temperature, chunk_size=16, group_size=group_size)
+    mask = batch.completion_mask
+    return ((weights * logp + entropy) * mask).sum(), (logp * mask,
+                                                       entropy * mask)
+
+  grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=2)
+  full_grad, full = grad(params, batch, 1)
+  for group_size in (2, 4):
+    shared_grad, shared = grad(params, batch, group_size)
+    testing.assert_close(shared, full, rtol=1e-5, atol=1e-6)
+    testing.assert_close(shared_grad, full_grad, rtol=1e-4, atol=1e-6)
+  # Rows 0..7 hold prompts 0,0,0,0,1,1,1,1; interleaved, a block of 4 mixes
+  # both prompts, and only its first row's prompt is run.
+  order = np.array([0, 4, 1, 5, 2, 6, 3, 7])
+  mixed = jax.tree.map(lambda x: x[order], batch)
+  _, (mixed_logp, _) = grad(params, mixed, 4)
+  assert not np.allclose(mixed_logp, full[0][order], atol=1e-3)
+
+
 def test_microbatch_must_divide_minibatch(model):
   config, params = model
   batch = random_batch(config, params, jax.random.PRNGKey(1))

