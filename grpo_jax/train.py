@@ -98,6 +98,14 @@ def accumulate_gradients(grad_fn: Callable, params, micro_batches):
 
   Returns (grads, summed loss, records merged over microbatches).
   """
+  if micro_batches.tokens.shape[0] == 1:
+    # No accumulator: zeros plus one gradient would cost two passes over
+    # every parameter.
+    (loss, records), grads = grad_fn(
+        params, jax.tree.map(lambda x: x[0], micro_batches))
+    return grads, loss, measures.merge_stacked(
+        jax.tree.map(lambda x: x[None], records))
+
   def one(grads, micro):
     (loss, records), g = grad_fn(params, micro)
     return jax.tree.map(jnp.add, grads, g), (loss, records)

@@ -524,3 +524,28 @@ def test_greedy_smollm2_matches_transformers_generate():
         break
     length = int(out.lengths[row])
     assert out.tokens[row, :length].tolist() == hf_tokens, questions[row]
+
+
+@pytest.mark.parametrize("block", [4, 256])
+def test_categorical_draws_the_softmax_distribution(block):
+  """Frequencies of 40000 draws are within 5 sigma of softmax(logits), ids
+  of -inf logits never come up, and blocks of 4 over 10 ids (padded to 12)
+  spread the mass over several blocks."""
+  probs = np.array([0.05, 0.0, 0.3, 0.0, 0.15, 0.02, 0.0, 0.4, 0.08, 0.0])
+  logits = np.where(probs > 0, np.log(np.maximum(probs, 1e-30)), -np.inf)
+  rows = 40000
+  draws = np.asarray(jax.jit(functools.partial(
+      sampling.categorical, block=block))(
+          jax.random.key(3), jnp.asarray(np.tile(logits, (rows, 1)),
+                                         jnp.float32)))
+  counts = np.bincount(draws, minlength=len(probs)) / rows
+  assert len(counts) == len(probs)  # no padded id
+  np.testing.assert_array_equal(counts[probs == 0], 0.0)
+  sigma = np.sqrt(probs * (1 - probs) / rows)
+  assert (np.abs(counts - probs) <= 5 * sigma + 1e-12).all(), counts
+  # One-hot rows always give their id.
+  one_hot = jnp.full((3, 600), -jnp.inf).at[jnp.arange(3),
+                                            jnp.array([0, 299, 599])].set(0.0)
+  np.testing.assert_array_equal(
+      sampling.categorical(jax.random.key(0), one_hot, block=block),
+      [0, 299, 599])

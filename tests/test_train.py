@@ -463,6 +463,22 @@ def test_every_objective_learns_a_trivial_task(objective):
   assert ratio_spread > 1e-2  # it learned off policy
 
 
+def test_compilation_cache_keeps_every_program_or_stays_off(monkeypatch,
+                                                           tmp_path):
+  updates = {}
+  monkeypatch.setattr(jax.config, "update",
+                      lambda name, value: updates.__setitem__(name, value))
+  train.enable_compilation_cache("")
+  assert not updates
+  train.enable_compilation_cache(str(tmp_path))
+  assert updates == {
+      "jax_compilation_cache_dir": str(tmp_path),
+      "jax_persistent_cache_min_compile_time_secs": 0.0,
+      "jax_persistent_cache_min_entry_size_bytes": -1}
+  assert config_lib.use_tiny(grpo_config.get_config()).train[
+      "compilation_cache_dir"] == ""
+
+
 def test_config_validation_runs_before_build():
   config = grpo_config.get_config("tiny")
   config.rollout.num_generations = 0

@@ -33,9 +33,9 @@ Time split:
 Floor: the machine's limits, measured in the same run (`machine.py`), bound
 a step from below by T decode steps of N = P*G rows (each reads every weight
 once and does 2 FLOPs per weight per row) plus 6 W n FLOPs of the update's
-forward and backward pass over its n real tokens (prompts and completions of
-all N rows; grpo_jax runs each group's prompt once, so it does less than
-that). Each side's step is given as a share of that floor.
+forward and backward pass over its n real tokens (each group's prompt once,
+as its G rows share it, and every completion token; `update_tokens`). Each
+side's step is given as a share of that floor.
 
 Compilation: grpo_jax's first step is mostly XLA compilation; its seconds are
 printed by function (the sampler's loop, the update, the rest).
@@ -60,6 +60,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 from experiments.benchmarks import machine
 
@@ -101,6 +103,8 @@ def make_config(args, num_prompts):
   c.train.num_iterations = 1
   c.train.num_minibatches = 1
   c.train.microbatch_size = 0
+  # Cold compiles unless asked (`train.enable_compilation_cache`).
+  c.train.compilation_cache_dir = args.compilation_cache or ""
   return c
 
 
@@ -149,21 +153,18 @@ def compile_split(compiled):
   return split
 
 
-def use_compilation_cache(directory):
-  """JAX's persistent compilation cache in `directory`, keeping every entry
-  (by default only those that took over 1 s to compile are written)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  # -1: no size threshold (0 lets JAX choose one for the filesystem).
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+def update_tokens(input_mask, completion_length) -> float:
+  """The positions an update must run: each group's real prompt tokens
+  once (its G rows share them), every real completion token."""
+  prompt = input_mask[::NUM_GENERATIONS, :-completion_length]
+  return float(prompt.sum() + input_mask[:, -completion_length:].sum())
 
 
 def ignore_eos(run):
   """`run` with its rollout rebuilt around a sampler without end ids, so every
   completion has exactly max_new_tokens tokens (as TRL's, forced by
   min_new_tokens). Returns (run, tokens): the list gets each batch's count of
-  real tokens (prompts and completions), which the floor needs."""
+  real tokens (`update_tokens`), which the floor needs."""
   from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
   if not (isinstance(run.rollout_fn, functools.partial)
           and "pipeline" in run.rollout_fn.keywords):
@@ -177,7 +178,8 @@ def ignore_eos(run):
 
   def rollout_fn(*args, **kwargs):
     batch, measurements, states = generate(*args, **kwargs)
-    tokens.append(float(batch.input_mask.sum()))
+    tokens.append(update_tokens(np.asarray(batch.input_mask),
+                                batch.completion_mask.shape[1]))
     return batch, measurements, states
   return run._replace(rollout_fn=rollout_fn), tokens
 
@@ -187,8 +189,6 @@ def run_grpo_jax(args, num_prompts):
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
 
-  if args.compilation_cache:
-    use_compilation_cache(args.compilation_cache)
   jax.config.update("jax_log_compiles", True)
   compile_log = _CompileLog()
   jax_logger = logging.getLogger("jax")
@@ -347,7 +347,8 @@ def run_trl(args, num_prompts):
   # cleared when the trainer logs at the end.
   lengths = [float(out["completion_mask"].sum(dim=1).float().mean())
              for out in rollout.outputs]
-  tokens = [float(out["prompt_mask"].sum() + out["completion_mask"].sum())
+  tokens = [float(out["prompt_mask"].sum() / NUM_GENERATIONS
+                 + out["completion_mask"].sum())
             for out in rollout.outputs]
   steps = [dict(step_s=total, sample_s=gen, logprob_s=roll - gen,
                 update_s=total - roll, completion_length=length,
