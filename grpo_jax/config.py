@@ -106,7 +106,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.num_minibatches = 1
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
-  c.train.chunk_size = 4096       # positions (of N*T) per log-prob chunk
+  # Positions (of N*T) per log-prob chunk: on CPU 512 ran the 4 x 8 update
+  # 1.16x faster than 4096 (the chunk's [.., V] passes stay in cache).
+  c.train.chunk_size = 512
   # jax's persistent compilation cache: a rerun (or a resumed run) loads
   # the compiled sampler and update instead of compiling them; "" = off.
   c.train.compilation_cache_dir = "~/.cache/grpo_jax/xla"

@@ -429,24 +429,27 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
       y = _norm_columns(y, attn[f"{name}_norm"], cfg.rms_norm_eps, axis=1)
     return sharding.constrain(y, sharding.HEAD_COLUMNS)
 
-  q, key, value = project("q", h_), project("k", k_), project("v", k_)
-  q, key = _rope_columns(q, cos, sin), _rope_columns(key, cos, sin)
-  cache_k, cache_v = cache
-  start = (jnp.int32(0), jnp.asarray(cache_index, jnp.int32), jnp.int32(0),
-           jnp.int32(0))
-  # [heads, hd, N] -> the cache's [N, 1, heads, hd].
-  write = lambda buffer, y: jax.lax.dynamic_update_slice(
-      buffer, jnp.transpose(y, (2, 0, 1))[:, None].astype(buffer.dtype), start)
-  cache = sharding.constrain((write(cache_k, key), write(cache_v, value)),
-                             sharding.HEADS)
-  keys, values = (c.astype(x.dtype) for c in cache)
-  groups = h_ // k_
-  scores = jnp.einsum("kgdn,nlkd->nkgl", q.reshape(k_, groups, hd, n), keys,
-                      preferred_element_type=jnp.float32) * (hd ** -0.5)
-  probs = transformer.masked_softmax(scores,
-                                     attention_mask[:, None, None, :])
-  out = jnp.einsum("nkgl,nlkd->kgdn", probs.astype(x.dtype), values)
-  x = x + attn["o"] @ out.reshape(h_ * hd, n)
+  # The model's module names, so that profiles file these ops alike.
+  with jax.named_scope("attn"):
+    q, key, value = project("q", h_), project("k", k_), project("v", k_)
+    q, key = _rope_columns(q, cos, sin), _rope_columns(key, cos, sin)
+    cache_k, cache_v = cache
+    start = (jnp.int32(0), jnp.asarray(cache_index, jnp.int32), jnp.int32(0),
+             jnp.int32(0))
+    # [heads, hd, N] -> the cache's [N, 1, heads, hd].
+    write = lambda buffer, y: jax.lax.dynamic_update_slice(
+        buffer, jnp.transpose(y, (2, 0, 1))[:, None].astype(buffer.dtype),
+        start)
+    cache = sharding.constrain((write(cache_k, key), write(cache_v, value)),
+                               sharding.HEADS)
+    keys, values = (c.astype(x.dtype) for c in cache)
+    groups = h_ // k_
+    scores = jnp.einsum("kgdn,nlkd->nkgl", q.reshape(k_, groups, hd, n), keys,
+                        preferred_element_type=jnp.float32) * (hd ** -0.5)
+    probs = transformer.masked_softmax(scores,
+                                       attention_mask[:, None, None, :])
+    out = jnp.einsum("nkgl,nlkd->kgdn", probs.astype(x.dtype), values)
+    x = x + attn["o"] @ out.reshape(h_ * hd, n)
   x = sharding.constrain(x, sharding.COLUMNS)
   mlp = w["mlp"]
   h = _norm_columns(x, w["mlp_norm"], cfg.rms_norm_eps)

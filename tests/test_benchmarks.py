@@ -11,6 +11,7 @@ import pytest
 
 from grpo_jax import config as config_lib
 from experiments.benchmarks import machine
+from experiments.benchmarks import profile as profile_bench
 from experiments.benchmarks import sampler as sampler_bench
 from experiments.benchmarks import step as step_bench
 from grpo_jax import data
@@ -265,3 +266,35 @@ def test_timer_records_each_call_and_keeps_the_output():
   assert [worker.double(3), worker.double(5)] == [6, 10]
   assert timer.outputs == [6, 10]
   assert len(timer.times) == 2 and all(t >= 0 for t in timer.times)
+
+
+# ------------------------------------------------------------------ profile
+
+
+@pytest.mark.parametrize("op_name,expected", [
+    ("jit(_sample)/Decoder/while/body/layers/mlp/dot_general", "prefill"),
+    ("jit(f)/transpose(jvp(Decoder))/layers/mlp/dot_general", "matmul"),
+    ("jit(f)/jvp(Decoder)/layers/attn/dot_general", "matmul"),
+    ("jit(f)/jvp(Decoder)/layers/attn/bskgd,blkd->bkgsl/dot_general",
+     "attention"),
+    ("jit(f)/jvp(Decoder)/layers/attn/exp", "attention"),
+    ("jit(f)/jvp(logits)/while/body/closed_call/reduce_sum", "logits"),
+    ("jit(_sample)/while/body/sample_token/reduce", "sample"),
+    ("jit(f)/jvp(Decoder)/while/body/jit(dynamic_index_in_dim)/dynamic_slice",
+     "layers"),
+    ("jit(f)/jit(_where)/select_n", "other"),
+])
+def test_profile_files_ops_by_source_path(op_name, expected):
+  assert profile_bench.category(op_name) == expected
+
+
+def test_profile_reads_op_names_from_compiled_hlo():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def f(x):
+    with jax.named_scope("logits"):
+      return jnp.exp(x) @ x
+  text = jax.jit(f).lower(jnp.ones((4, 4))).compile().as_text()
+  names = profile_bench.op_names(text)
+  assert names and any("logits" in name for name in names.values())

@@ -7,10 +7,13 @@ XLA op's time is read from the trace and filed under a category by the
 op's source path (the `op_name` metadata of the compiled HLO: Flax module
 names, the einsum equations, `jax.named_scope`s), then printed as shares:
 
+- prefill: the sampler's forward pass over the prompts (all its ops);
 - matmul: the dense projections (q, k, v, o, MLP), forward and backward;
 - attention: scores, softmax, weighted values, RoPE (everything else under
   ``attn/``), and the KV cache writes;
-- logits: the output projection and the (log-)softmax over the vocabulary;
+- logits: the output projection and the (log-)softmax over the vocabulary
+  (where XLA keeps the scope: the decode step's projection may land under
+  matmul);
 - sample: drawing the token (noise, argmax, top-k);
 - layers: per-layer weight slicing / gradient stacking of the layer scan;
 - other: norms, SiLU, residual adds, embedding, optimiser, bookkeeping.
@@ -33,13 +36,16 @@ import re
 import tempfile
 import time
 
-CATEGORIES = ("matmul", "attention", "logits", "sample", "layers", "other")
+CATEGORIES = ("prefill", "matmul", "attention", "logits", "sample", "layers",
+              "other")
 
 
 def category(op_name: str) -> str:
   """The category of one HLO op from its `op_name` source path."""
   if "sample_token" in op_name:
     return "sample"
+  if "_sample" in op_name and "Decoder" in op_name:
+    return "prefill"  # the sampler's scanned forward over the prompts
   if "logits" in op_name:
     return "logits"
   if "dynamic_index_in_dim" in op_name or "dynamic_update_index" in op_name:
