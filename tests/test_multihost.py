@@ -38,6 +38,9 @@ def tiny_config():
   # within groups gives nonzero advantages, so the params really move.
   config.rewards.shapers.overlong = dict(weight=1.0, max_length=8,
                                          cache_length=4)
+  # Lengths vary only where a row ends early, which the tiny model rarely
+  # does in 8 tokens: seed 2's two steps both have such groups (asserted).
+  config.seed = 2
   return config
 
 
