@@ -91,4 +91,10 @@ def test_the_mechanism_acts_on_the_second_minibatch(name):
       grads_reinforce))
   assert diff > 1e-3 * scale, (name, diff, scale)
   if name in BINDS:
-    assert m["clip_fraction"] > 0.0, m
+    # The clip binds where a ratio leaves the band in its advantage's
+    # direction; with every advantage +1, or every one -1, one must bind.
+    fractions = [float(_gradient(
+        run, objective, state.states["objective"], state.params,
+        second._replace(advantages=sign * jnp.ones_like(second.advantages))
+    )[1]["clip_fraction"]) for sign in (1.0, -1.0)]
+    assert max(fractions) > 0.0, (fractions, m)
