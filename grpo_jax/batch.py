@@ -78,8 +78,8 @@ def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
   slots = jnp.arange(s)[None, None, :]
   # Causal over the cache's slots, real keys only (padding queries see no
   # key and give zeros, as in `models.causal_attention_mask`).
-  visible = lambda queries, keys: (slots <= queries[None, :, None]) & keys[
-      :, None, :]
+  def visible(queries, keys):
+    return (slots <= queries[None, :, None]) & keys[:, None, :]
   prompt_keys = real[::group_size] & (jnp.arange(s) < sp)[None, :]
   hidden_p, cache = models.forward(
       params, config, tokens[::group_size, :sp], positions[::group_size, :sp],

@@ -384,16 +384,6 @@ def _decode_weights(params, config):
       for layer in layers)
 
 
-def _norm_columns(x, weight, eps, axis=0):
-  """`transformer.rms_norm` over `axis` of a feature-major array."""
-  x32 = x.astype(jnp.float32)
-  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True)
-                               + eps)
-  shape = [1] * x.ndim
-  shape[axis] = weight.shape[0]
-  return normed.astype(x.dtype) * weight.reshape(shape).astype(x.dtype)
-
-
 def _rope_columns(x, cos, sin):
   """`transformer.apply_rope` on [heads, hd, N] with cos, sin [hd, N]."""
   half = x.shape[1] // 2
@@ -418,7 +408,7 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   cfg = config
   h_, k_, hd, n = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x.shape[1]
   attn = w["attn"]
-  h = _norm_columns(x, w["attn_norm"], cfg.rms_norm_eps)
+  h = transformer.rms_norm(x, w["attn_norm"], cfg.rms_norm_eps, axis=0)
 
   def project(name, heads):
     y = attn[name] @ h
@@ -426,7 +416,8 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
       y = y + attn[f"{name}_bias"][:, None].astype(y.dtype)
     y = y.reshape(heads, hd, n)
     if cfg.qk_norm and name != "v":
-      y = _norm_columns(y, attn[f"{name}_norm"], cfg.rms_norm_eps, axis=1)
+      y = transformer.rms_norm(y, attn[f"{name}_norm"], cfg.rms_norm_eps,
+                               axis=1)
     return sharding.constrain(y, sharding.HEAD_COLUMNS)
 
   # The model's module names, so that profiles file these ops alike.
@@ -452,7 +443,7 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
     x = x + attn["o"] @ out.reshape(h_ * hd, n)
   x = sharding.constrain(x, sharding.COLUMNS)
   mlp = w["mlp"]
-  h = _norm_columns(x, w["mlp_norm"], cfg.rms_norm_eps)
+  h = transformer.rms_norm(x, w["mlp_norm"], cfg.rms_norm_eps, axis=0)
   hidden = sharding.constrain(
       jax.nn.silu(mlp["gate"] @ h) * (mlp["up"] @ h), sharding.MLP_COLUMNS)
   x = sharding.constrain(x + mlp["down"] @ hidden, sharding.COLUMNS)
@@ -493,7 +484,8 @@ def _decode_forward(params, layers, config, tokens, positions, attention_mask,
     x, cache = _decode_layer(config, layer, x, cache, cos, sin,
                              attention_mask, cache_index)
     new_caches.append(cache)
-  hidden = _norm_columns(x, params["final_norm"], config.rms_norm_eps)
+  hidden = transformer.rms_norm(x, params["final_norm"], config.rms_norm_eps,
+                                axis=0)
   return hidden.T, tuple(new_caches)
 
 

@@ -104,13 +104,15 @@ def embed_tokens(table, tokens, dtype):
                             sharding.RESIDUAL)
 
 
-def rms_norm(x, weight, eps):
-  """x / sqrt(mean(x^2) + eps) * weight, the statistic in float32."""
+def rms_norm(x, weight, eps, axis=-1):
+  """x / sqrt(mean(x^2) + eps) * weight over `axis` (the feature axis; the
+  decode step's feature-major arrays use 0 or 1), the statistic in float32."""
   x32 = x.astype(jnp.float32)
-  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True)
                                + eps)
-  weight = weight.reshape((1,) * (x.ndim - 1) + weight.shape)
-  return normed.astype(x.dtype) * weight.astype(x.dtype)
+  shape = [1] * x.ndim
+  shape[axis] = weight.shape[0]
+  return normed.astype(x.dtype) * weight.reshape(shape).astype(x.dtype)
 
 
 def rope_cos_sin(positions, head_dim, theta):
