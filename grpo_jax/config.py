@@ -25,8 +25,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.seed = 0
 
   c.model = ml_collections.ConfigDict()
-  # "smollm2-135m-instruct" (embedded), "tiny", or a safetensors/GGUF path.
+  # "smollm2-135m-instruct" (embedded), "tiny", a Hugging Face directory or
+  # .gguf file, or a hub id such as "Qwen/Qwen2.5-0.5B-Instruct".
   c.model.name = "smollm2-135m-instruct"
+  c.model.revision = ""           # a hub id's branch, tag or commit; "" = main
 
   c.data = ml_collections.ConfigDict()
   c.data.task = "arithmetic"      # a `data.TASKS` name: arithmetic | gsm8k | jsonl
@@ -199,7 +201,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   if not c.model.name:
     _fail("model.name", "is empty",
-          "use 'smollm2-135m-instruct', 'tiny', or a checkpoint path")
+          "use 'smollm2-135m-instruct', 'tiny', a checkpoint path or a hub id")
   _check_choice("data.task", c.data.task, data.TASKS.names())
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",

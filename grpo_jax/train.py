@@ -28,6 +28,8 @@ Everything random derives from (seed, step): the data of step s is
 from a checkpoint continues exactly as an uninterrupted one.
 """
 
+import functools
+import json
 import logging
 import math
 import os
@@ -36,6 +38,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 
@@ -377,7 +380,7 @@ def build(config) -> Run:
   config_lib.validate(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
   model_config, params, tokenizer = models.load_model(
-      config.model.name, seed=config.seed)
+      config.model.name, seed=config.seed, revision=config.model.revision)
   optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
   components = make_components(config)
@@ -528,6 +531,29 @@ def restore_metadata(workdir: str, *, step=None) -> tuple:
     return step, checkpointer.metadata(step)
   finally:
     checkpointer.close()
+
+
+def restore_policy(workdir: str, *, step=None) -> tuple:
+  """The policy of a run's checkpoint (default: the latest), for evaluation
+  and export: (config, model_config, params, tokenizer, step).
+
+  The run's config comes from the checkpoint; its base model is loaded for
+  the tokenizer and the state's structure, and the trained params replace
+  its weights.
+  """
+  step, metadata = restore_metadata(workdir, step=step)
+  config = ml_collections.ConfigDict(json.loads(metadata["config"]))
+  model_config, params, tokenizer = models.load_model(
+      config.model.name, seed=config.seed, revision=config.model.get(
+          "revision", ""))
+  optimizer = optim.make_optimizer(
+      total_steps=total_optimizer_steps(config), **config.optimizer)
+  components = make_components(config)
+  template = jax.eval_shape(functools.partial(
+      init_state, optimizer=optimizer, seed=config.seed,
+      components=components), params)
+  state, _ = restore(workdir, template, step=step)
+  return config, model_config, state.params, tokenizer, step
 
 
 def restore(workdir: str, template: TrainState, *, step=None):

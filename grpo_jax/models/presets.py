@@ -32,11 +32,12 @@ def _tiny_model(seed: int):
 _BUILT_IN = {"tiny": _tiny_model}
 
 
-def load_model(name: str, *, seed: int = 0):
+def load_model(name: str, *, seed: int = 0, revision: str = ""):
   """(ModelConfig, params, tokenizer) for a config's ``model.name``: a
-  built-in name (``tiny``, initialised from `seed`) or a checkpoint."""
+  built-in name (``tiny``, initialised from `seed`) or a checkpoint (a hub
+  id at `revision`)."""
   build = _BUILT_IN.get(name)
-  return build(seed) if build else loading.load(name)
+  return build(seed) if build else loading.load(name, revision=revision)
 
 
 def eos_and_pad(tokenizer):

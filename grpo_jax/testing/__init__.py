@@ -161,3 +161,23 @@ def save_tiny_hf_checkpoint(directory, *, model_type="llama", tied=False,
   if tokenizer:
     tiny_tokenizer().save_pretrained(str(directory))
   return directory, model
+
+
+def save_tiny_hub_cache(cache_dir, repo_id: str, *, revision: str = "main",
+                        **checkpoint_kwargs):
+  """A Hugging Face hub cache holding one tiny checkpoint, made offline.
+
+  Lays out ``models--{org}--{name}/refs/{revision}`` and
+  ``snapshots/{commit}/`` (files as `save_tiny_hf_checkpoint` writes them) as
+  huggingface_hub does after a download, so that ``snapshot_download`` finds
+  them with ``HF_HUB_OFFLINE=1``. Returns (snapshot path, torch model).
+  """
+  import hashlib  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  repo = pathlib.Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+  commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
+  snapshot, model = save_tiny_hf_checkpoint(
+      repo / "snapshots" / commit, **checkpoint_kwargs)
+  (repo / "refs").mkdir(parents=True, exist_ok=True)
+  (repo / "refs" / revision).write_text(commit)
+  return snapshot, model
