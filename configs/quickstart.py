@@ -15,7 +15,10 @@ an off-policy quickstart has not been measured.
 Expect: metrics.jsonl, TensorBoard events, curves.png and a final checkpoint
 in runs/quickstart; reward rising and completions getting shorter over the
 run, and held-out greedy accuracy above the base model's (README: measured
-figures and their commands).
+figures and their commands). Greedy accuracy on the 40 held-out problems is
+also measured during the run, after steps 20 and 40 (eval/greedy_accuracy
+in metrics.jsonl and TensorBoard, the held-out panel of curves.png): one
+batched greedy pass each, with --config.eval.every=0 to skip them.
 """
 
 from grpo_jax import config as config_lib
@@ -33,4 +36,8 @@ def get_config(arg=None):
   c.optimizer.learning_rate = 2e-5
   c.train.num_steps = 40
   c.checkpoint.every = 10
+  # Two greedy passes over the held-out problems (steps 20 and 40), in one
+  # sampler call of 40 prompts each.
+  c.eval.every = 20
+  c.eval.num_problems = 40
   return config_lib.finalize(c, arg)

@@ -1,12 +1,28 @@
-"""Greedy accuracy and pass@k on the held-out split: ``python -m experiments.evaluate``.
+"""Greedy accuracy, pass@k and maj@k of a policy: ``python -m experiments.evaluate``.
 
-  python -m experiments.evaluate --config=configs/quickstart.py --num_problems=64
-  python -m experiments.evaluate --checkpoint=runs/quickstart --k=4 \
-      --json=runs/quickstart/eval.json
+  # the configured task's held-out split, base model
+  python -m experiments.evaluate --config=configs/quickstart.py
+  # a trained run's latest checkpoint (its own config), 8 samples per problem
+  python -m experiments.evaluate --checkpoint=runs/quickstart \
+      --num_samples=8 --k=1,4,8 --json=runs/quickstart/eval.json
+  # GSM8K's test split (tensorflow_datasets; prepare it once where the
+  # network allows, e.g. `tfds build gsm8k`), the first 200 problems
+  python -m experiments.evaluate --config=configs/quickstart.py \
+      --benchmark=gsm8k --num_problems=200
+  # a JSONL file of question/answer records (MATH-500, AIME, ...)
+  python -m experiments.evaluate --config=configs/quickstart.py \
+      --benchmark=math500.jsonl --config.rollout.max_new_tokens=1024
 
-With ``--checkpoint=WORKDIR`` the config saved in the run's checkpoint is
-used (``--config`` is then optional) and the policy params of its latest
-checkpoint are evaluated; without it, the base model of ``--config``.
+``--benchmark`` is ``heldout`` (default), ``gsm8k`` or a JSONL path whose
+records hold a question (``question`` or ``problem``) and an answer
+(``answer`` or ``solution``; other names with ``--question_key`` /
+``--answer_key``). Sampling follows the config's rollout block (``--config.
+rollout.temperature=0.6``, ``max_new_tokens``, top-k/top-p); every problem
+gets one greedy completion and ``--num_samples`` sampled ones. With
+``--checkpoint=WORKDIR`` the config saved in the run's checkpoint is used
+(``--config`` is then optional) and the policy of its latest checkpoint is
+evaluated; without it, the base model of ``--config``. Bad input (a missing
+file or field, k above num_samples) stops before any model is loaded.
 """
 
 import json
@@ -25,24 +41,62 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "A training workdir; evaluates its latest checkpoint.")
+_BENCHMARK = flags.DEFINE_string(
+    "benchmark", "heldout",
+    "heldout (the config's task), gsm8k (test split, tfds) or a JSONL path.")
 _NUM_PROBLEMS = flags.DEFINE_integer(
-    "num_problems", 0, "Held-out problems; 0 = config.data.heldout_size.")
-_K = flags.DEFINE_integer("k", 4, "Samples per problem for pass@k.")
+    "num_problems", 0, "The first N problems; 0 = config.data.heldout_size "
+    "for heldout, all of a benchmark otherwise.")
+_NUM_SAMPLES = flags.DEFINE_integer(
+    "num_samples", 0, "Sampled completions per problem (n >= every k); "
+    "0 = the largest k.")
+_K = flags.DEFINE_list(
+    "k", ["1", "4"], "Budgets of pass@k and maj@k, e.g. 1,4,8; empty = "
+    "greedy accuracy only.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", 0, "Prompts per sampler call; 0 = config.eval.batch_size.")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_QUESTION_KEY = flags.DEFINE_string(
+    "question_key", "", "A JSONL benchmark's question field; '' = question "
+    "or problem.")
+_ANSWER_KEY = flags.DEFINE_string(
+    "answer_key", "", "A JSONL benchmark's answer field; '' = answer or "
+    "solution.")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "tensorflow_datasets data directory (--benchmark=gsm8k).")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this file.")
+
+
+def checkpoint_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a run saved in its latest checkpoint; fields added since
+  (e.g. ``eval``) get their defaults (`config.with_defaults`)."""
+  _, metadata = train_lib.restore_metadata(workdir)
+  return config_lib.with_defaults(
+      ml_collections.ConfigDict(json.loads(metadata["config"])))
+
+
+def parse_k(values) -> list:
+  try:
+    return [int(v) for v in values if v.strip()]
+  except ValueError as error:
+    raise app.UsageError(
+        f"--k={','.join(values)}: give integers, e.g. --k=1,4,8.") from error
 
 
 def main(argv):
   del argv
   config = _CONFIG.value
   if _CHECKPOINT.value:
-    _, metadata = train_lib.restore_metadata(_CHECKPOINT.value)
-    config = ml_collections.ConfigDict(json.loads(metadata["config"]))
+    config = checkpoint_config(_CHECKPOINT.value)
   if config is None:
     raise app.UsageError("give --config or --checkpoint.")
   config_lib.validate(config)
   results = evaluation.evaluate(
-      config, checkpoint=_CHECKPOINT.value,
-      num_problems=_NUM_PROBLEMS.value or config.data.heldout_size, k=_K.value)
+      config, benchmark=_BENCHMARK.value, checkpoint=_CHECKPOINT.value,
+      num_problems=_NUM_PROBLEMS.value, num_samples=_NUM_SAMPLES.value,
+      k=parse_k(_K.value), seed=_SEED.value, batch_size=_BATCH_SIZE.value,
+      question_key=_QUESTION_KEY.value, answer_key=_ANSWER_KEY.value,
+      data_dir=_DATA_DIR.value)
   print(json.dumps(results, indent=2))
   if _JSON.value:
     with open(_JSON.value, "w") as f:

@@ -50,11 +50,15 @@ class _QuietOrbax(logging.Filter):
 def progress_bar(config):
   """A tqdm bar and the per-step callback that advances it."""
   bar = tqdm.tqdm(total=config.train.num_steps, unit="step", dynamic_ncols=True)
+  held_out = {}  # the latest evaluation's greedy accuracy (eval.every)
 
   def callback(step, record):
     bar.n = step + 1
+    if "eval/greedy_accuracy" in record:
+      held_out["eval"] = record["eval/greedy_accuracy"]
     shown = {"reward": record.get("reward/total"),
              "acc": record.get("accuracy"), "kl": record.get("kl"),
+             "eval": held_out.get("eval"),
              "tok/s": record.get("tokens_per_s")}
     bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items() if v is not None},
                     refresh=False)

@@ -29,6 +29,18 @@ def get_base_config() -> ml_collections.ConfigDict:
   # .gguf file, or a hub id such as "Qwen/Qwen2.5-0.5B-Instruct".
   c.model.name = "smollm2-135m-instruct"
   c.model.revision = ""           # a hub id's branch, tag or commit; "" = main
+  # Compute dtype. "bfloat16": matmuls, activations and the sampler's KV
+  # cache in bf16 over float32 master weights; optimiser state, log-probs
+  # and the loss stay float32.
+  c.model.dtype = "float32"
+
+  # Low-rank adapters (models.lora): rank 0 trains every weight; rank r > 0
+  # trains only A [in, r] and B [r, out] on each `targets` matrix, the base
+  # frozen (and the KL reference is the base itself).
+  c.lora = ml_collections.ConfigDict()
+  c.lora.rank = 0
+  c.lora.alpha = 32.0             # the adapters' output is scaled alpha / rank
+  c.lora.targets = ("q", "k", "v", "o", "gate", "up", "down")
 
   c.data = ml_collections.ConfigDict()
   c.data.task = "arithmetic"      # a `data.TASKS` name: arithmetic | gsm8k | jsonl
@@ -119,6 +131,21 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.checkpoint.every = 50
   c.checkpoint.max_to_keep = 3
 
+  # Held-out evaluation during training (`evaluation.from_config`): after
+  # every `every` steps and after the last, logged as eval/greedy_accuracy,
+  # eval/pass@k and eval/maj@k beside the step's measurements.
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every = 0                # steps between evaluations; 0 = off
+  c.eval.num_problems = 32        # the first held-out problems of the task
+  # n sampled completions per problem at rollout.temperature, beside the
+  # greedy one; 0 = greedy accuracy only.
+  c.eval.num_samples = 0
+  c.eval.k = ()                   # pass@k, maj@k budgets; () = (1, num_samples)
+  # Prompts per sampler call (evaluate.py's default too); with
+  # rollout.num_prompts and num_samples = num_generations - 1 evaluation
+  # reuses the rollout's compiled sampler.
+  c.eval.batch_size = 64
+
   c.metrics = ml_collections.ConfigDict()
   c.metrics.tensorboard = True
   c.metrics.plot = True
@@ -128,6 +155,21 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = (1, -1, 1)
   c.mesh.axis_names = ("data", "fsdp", "tensor")
+  return c
+
+
+def with_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`c` with the fields the base config has and `c` lacks (a checkpoint's
+  config from before they existed) added at their defaults. A component's
+  ``kwargs`` are its own: never filled in."""
+  def fill(target, defaults):
+    for key, value in defaults.items():
+      if key not in target:
+        target[key] = value
+      elif (key != "kwargs" and isinstance(value, ml_collections.ConfigDict)
+            and isinstance(target[key], ml_collections.ConfigDict)):
+        fill(target[key], value)
+  fill(c, get_base_config())
   return c
 
 
@@ -149,6 +191,7 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.train.compilation_cache_dir = ""  # tiny programs compile in seconds
   c.checkpoint.every = 2
   c.data.heldout_size = 4
+  c.eval.num_problems = 4
   return c
 
 
@@ -202,6 +245,16 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not c.model.name:
     _fail("model.name", "is empty",
           "use 'smollm2-135m-instruct', 'tiny', a checkpoint path or a hub id")
+  _check_choice("model.dtype", c.model.dtype, ("float32", "bfloat16"))
+  _positive(c, "lora.rank", allow_zero=True)
+  if c.lora.rank:
+    from grpo_jax.models import lora  # pylint: disable=g-import-not-at-top
+    try:
+      lora.check_targets(c.lora.targets)
+    except ValueError as e:
+      _fail("lora.targets", str(e).rstrip("."),
+            "e.g. --config.lora.targets='(\"q\", \"v\")'")
+    _positive(c, "lora.alpha")
   _check_choice("data.task", c.data.task, data.TASKS.names())
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",
@@ -328,6 +381,16 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   _positive(c, "checkpoint.every")
   _positive(c, "checkpoint.max_to_keep")
+  _positive(c, "eval.every", allow_zero=True)
+  _positive(c, "eval.num_problems")
+  _positive(c, "eval.num_samples", allow_zero=True)
+  _positive(c, "eval.batch_size")
+  bad = [k for k in c.eval.k if not 1 <= k <= c.eval.num_samples]
+  if bad:
+    _fail("eval.k", f"holds k={bad[0]}, outside [1, eval.num_samples="
+          f"{c.eval.num_samples}] (pass@k and maj@k need n >= k samples)",
+          "give every k >= 1" if bad[0] < 1 else
+          f"set --config.eval.num_samples={max(c.eval.k)} or lower eval.k")
   if len(c.mesh.shape) != len(c.mesh.axis_names):
     _fail("mesh.shape", f"{c.mesh.shape} does not match axis_names "
           f"{c.mesh.axis_names}", "give one size per axis")

@@ -29,7 +29,8 @@ import hashlib
 import itertools
 import json
 import os
-from typing import List, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import (List, NamedTuple, Optional, Protocol, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -327,23 +328,52 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
   return examples
 
 
-def jsonl(path: str, *, question_key: str = "question",
-          answer_key: str = "answer",
+# Field names of benchmark files (MATH-500, AIME sets, GSM8K exports), tried
+# in order, case-insensitively: `jsonl`'s default for benchmark files.
+QUESTION_KEYS = ("question", "problem")
+ANSWER_KEYS = ("answer", "solution")
+
+
+def _find_key(record: dict, keys: Sequence[str]) -> Optional[str]:
+  """The first of `keys` in `record`, an exact match before one that
+  differs only in case ("Problem" for "problem"); None if none is."""
+  for key in keys:
+    if key in record:
+      return key
+    folded = [k for k in record if isinstance(k, str)
+              and k.lower() == key.lower()]
+    if folded:
+      return folded[0]
+  return None
+
+
+def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
+          answer_key: Union[str, Sequence[str]] = "answer",
           instruction: Optional[str] = None) -> List[Example]:
   """Examples from a JSON-lines file of objects; blank lines are skipped.
 
   Args:
     path: the file.
-    question_key: key of the question in each object.
-    answer_key: key of the reference answer (numbers become strings).
+    question_key: key of the question in each object, or candidate keys
+      tried in order (case-insensitively), e.g. `QUESTION_KEYS`.
+    answer_key: key of the reference answer (numbers become strings), or
+      candidate keys, e.g. `ANSWER_KEYS` (a worked solution's final
+      ``\\boxed{}`` is its answer).
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.
 
   Returns:
-    The examples in file order. A malformed line or a missing key raises a
-    ValueError naming the file, the line number and the key.
+    The examples in file order. A missing file, a malformed line or a
+    missing key raises a ValueError naming the file, the line number and
+    the keys looked for.
   """
   name = os.fspath(path)
+  if not os.path.isfile(name):
+    raise ValueError(f"{name}: no such file.")
+  keys = {"question_key": (question_key,) if isinstance(question_key, str)
+                         else tuple(question_key),
+          "answer_key": (answer_key,) if isinstance(answer_key, str)
+                        else tuple(answer_key)}
   examples = []
   with open(name, encoding="utf-8") as f:
     for line_number, line in enumerate(f, start=1):
@@ -358,14 +388,19 @@ def jsonl(path: str, *, question_key: str = "question",
         raise ValueError(
             f"{name}:{line_number}: expected a JSON object, got "
             f"{type(record).__name__}.")
-      for key in (question_key, answer_key):
-        if key not in record:
+      found = {}
+      for option, candidates in keys.items():
+        found[option] = _find_key(record, candidates)
+        if found[option] is None or record[found[option]] is None:
           raise ValueError(
-              f"{name}:{line_number}: missing key {key!r} (keys: "
-              f"{sorted(record)}); set question_key= / answer_key=.")
+              f"{name}:{line_number}: missing key "
+              f"{' or '.join(map(repr, candidates))} (keys: "
+              f"{sorted(record)}); set {option}= to the field's name.")
       examples.append(Example(
-          _with_instruction(_text(record[question_key]), instruction),
-          _text(record[answer_key])))
+          _with_instruction(_text(record[found["question_key"]]), instruction),
+          _text(record[found["answer_key"]])))
+  if not examples:
+    raise ValueError(f"{name}: holds no examples.")
   return examples
 
 

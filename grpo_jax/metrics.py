@@ -1,23 +1,28 @@
 """Measurements to disk: metrics.jsonl, TensorBoard events, and the run's plot.
 
-One record per training step: ``{"step": s, name: float, ...}``. On resume,
+One record per training step: ``{"step": s, name: float, ...}``; a step
+followed by a held-out evaluation also holds its ``eval/*`` figures. On resume,
 records at or after the resumed step are dropped first, so the file of a
 resumed run reads like the file of an uninterrupted one.
 """
 
+import fnmatch
 import json
 import math
 import os
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
-# What the run's plot shows, first match wins per panel.
+# What the run's plot shows: per panel the first candidate that some record
+# holds; a candidate with "*" is a pattern (fnmatch) and draws every name it
+# matches (the held-out figures eval/greedy_accuracy, eval/pass@k, ...).
 PLOT_PANELS = (
     ("reward", ("reward/total", "reward")),
     ("accuracy", ("accuracy",)),
+    ("held-out accuracy", ("eval/*",)),
     ("completion length", ("completion_length/mean",)),
     ("KL to reference", ("kl", "approx_kl")),
 )
@@ -91,9 +96,23 @@ class MetricsWriter:
       self._tb.close()
 
 
+def panel_keys(records: Sequence[Mapping], candidates: Sequence[str]) -> list:
+  """The names a panel draws: those of the first candidate that some record
+  holds (a "*" pattern: every name it matches, sorted); [] if none."""
+  names = sorted({k for r in records for k in r})
+  for candidate in candidates:
+    matched = (fnmatch.filter(names, candidate) if "*" in candidate
+               else [candidate] if candidate in names else [])
+    if matched:
+      return matched
+  return []
+
+
 def plot(records: Iterable[Mapping], path: str,
          panels=PLOT_PANELS) -> Optional[str]:
-  """Draws reward, accuracy, length and KL against step into a PNG.
+  """Draws reward, accuracy, held-out accuracy, length and KL against step
+  into a PNG. A measurement only some steps hold (the periodic held-out
+  evaluation) is drawn at those steps, with markers.
 
   Returns the path written, or None when there is nothing to plot.
   """
@@ -105,18 +124,23 @@ def plot(records: Iterable[Mapping], path: str,
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   fig = Figure(figsize=(4 * len(panels), 3.2))
   axes = fig.subplots(1, len(panels))
-  steps = [r["step"] for r in records]
   for ax, (title, candidates) in zip(np.atleast_1d(axes), panels):
-    key = next((k for k in candidates if any(k in r for r in records)), None)
+    keys = panel_keys(records, candidates)
     ax.set_title(title)
     ax.set_xlabel("step")
-    if key is None:
+    if not keys:
       ax.text(0.5, 0.5, "not measured", ha="center", va="center",
               transform=ax.transAxes)
       continue
-    values = [float(r.get(key, float("nan"))) for r in records]
-    ax.plot(steps, values)
-    ax.set_ylabel(key)
+    for key in keys:
+      held = [r for r in records if key in r]
+      sparse = len(held) < len(records)
+      ax.plot([r["step"] for r in held], [float(r[key]) for r in held],
+              marker="o" if sparse else None, label=key)
+    if len(keys) > 1:
+      ax.legend(fontsize="small")
+    else:
+      ax.set_ylabel(keys[0])
     ax.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=80)

@@ -74,6 +74,7 @@ import numpy as np
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sharding
+from grpo_jax.models import lora
 from grpo_jax.models import transformer
 
 # Steps of 1.5x and 2x: a prompt pads by at most a third (a prefill costs
@@ -226,7 +227,8 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
   and any [N] array share one compile.
 
   Args:
-    params: model parameters (`models.init_params` / `models.load`).
+    params: model parameters (`models.init_params` / `models.load`), with
+      or without LoRA adapters (merged into their matrices for sampling).
     config: the `models.ModelConfig`.
     prompt_tokens: [P, Sp] int32, left-padded (see `pad_prompts`).
     prompt_mask: [P, Sp], nonzero on real tokens.
@@ -252,9 +254,17 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
                 top_k=top_k, top_p=top_p)
   num_rows = np.shape(prompt_tokens)[0] * int(num_samples)
   # One code path: every temperature is [N] from here (greedy: all rows 0), so
-  # a float and an array share one compile.
-  temperature = jnp.broadcast_to(
-      jnp.asarray(0.0 if greedy else temperature, jnp.float32), (num_rows,))
+  # a float and an array share one compile. A known value goes in as a host
+  # array: a jnp op under `jax.set_mesh` would type its result with the
+  # mesh, and a float (broadcast here) would then compile apart from an
+  # [N] array passed as it is.
+  temperature = 0.0 if greedy else temperature
+  if isinstance(temperature, jax.core.Tracer):
+    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32),
+                                   (num_rows,))
+  else:
+    temperature = np.ascontiguousarray(np.broadcast_to(
+        np.asarray(temperature, np.float32), (num_rows,)))
   return _sample(
       params, jnp.asarray(prompt_tokens, jnp.int32),
       jnp.asarray(prompt_mask) > 0, key, temperature,
@@ -532,6 +542,10 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
             pad_id):
   global _TRACE_COUNT
   _TRACE_COUNT += 1
+  if lora.has_adapters(params):
+    # One merged copy for the whole call: the decode step then reads one
+    # matrix per projection, as without adapters.
+    params = lora.merge(params, config.lora_scale)
   num_prompts, prompt_length = prompt_tokens.shape
   num_rows = num_prompts * num_samples
   # `sample` passes [N]; a [] temperature (callers lowering `_sample`

@@ -65,6 +65,12 @@ DEFAULT_RULES: Tuple[Tuple[str, P], ...] = (
     (r"layers/mlp/(gate|up)", P(None, "fsdp", "tensor")),  # [Lyr, D, F]
     (r"layers/mlp/down", P(None, "tensor", "fsdp")),    # [Lyr, F, D]
     (r"layers/(attn|mlp)_norm", P(None, None)),         # [Lyr, D]
+    # LoRA adapters (models.lora): A splits like its matrix's input axis,
+    # B like its output axis; the rank axis stays whole.
+    (r"layers/(attn/(q|k|v)|mlp/(gate|up))_lora_a", P(None, "fsdp", None)),
+    (r"layers/(attn/(q|k|v)|mlp/(gate|up))_lora_b", P(None, None, "tensor")),
+    (r"layers/(attn/o|mlp/down)_lora_a", P(None, "tensor", None)),
+    (r"layers/(attn/o|mlp/down)_lora_b", P(None, None, "fsdp")),
     (r"final_norm", P(None)),                           # [D]
 )
 
@@ -342,8 +348,8 @@ def _axes(entry) -> Tuple[str, ...]:
 
 
 def jit_sharded(update_fn: Callable, state, mesh: Mesh,
-                rules: Rules = DEFAULT_RULES, *, donate: bool = True
-                ) -> Callable:
+                rules: Rules = DEFAULT_RULES, *, donate: bool = True,
+                frozen=None) -> Callable:
   """``jax.jit(update_fn)`` with the state and batch shardings pinned.
 
   Inputs and outputs keep one sharding (the state by `rules`, every batch
@@ -353,27 +359,33 @@ def jit_sharded(update_fn: Callable, state, mesh: Mesh,
   for rows already split; a clear error when they do not divide).
 
   Args:
-    update_fn: ``(state, batch) -> (state, measurements)``, not jitted
-      (`train.make_update_fn(..., jit=False)`).
+    update_fn: ``(state, batch[, frozen]) -> (state, measurements)``, not
+      jitted (`train.make_update_fn(..., jit=False)`).
     state: a `TrainState` (arrays or ShapeDtypeStructs) to take shapes from.
     mesh: the mesh.
     rules: partition rules of the params.
     donate: donate the input state's buffers.
+    frozen: params the update reads but does not train (a LoRA run's base,
+      already on `mesh`), passed to every call as its third argument.
   """
   state_sh = tree_shardings(state, state.params, mesh, rules, name="state")
   # A spec shorter than an array's rank leaves the other axes whole, so one
   # sharding serves every array of the batch.
   batch_sh = NamedSharding(mesh, P(BATCH_AXES))
-  jitted = jax.jit(update_fn, in_shardings=(state_sh, batch_sh),
+  in_shardings = (state_sh, batch_sh)
+  if frozen is not None:
+    in_shardings += (param_shardings(frozen, mesh, rules),)
+  jitted = jax.jit(update_fn, in_shardings=in_shardings,
                    out_shardings=(state_sh, replicated(mesh)),
                    donate_argnums=(0,) if donate else ())
+  extra = () if frozen is None else (frozen,)
 
   def placed_update_fn(state, batch):
     # jit refuses committed arrays laid out otherwise (e.g. log-probs from
     # another jitted function); placing is free for already-split rows.
     # The mesh context lets the model's `constrain` calls take effect.
     with jax.set_mesh(mesh):
-      return jitted(state, shard_batch(batch, mesh))
+      return jitted(state, shard_batch(batch, mesh), *extra)
   return placed_update_fn
 
 

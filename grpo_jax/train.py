@@ -45,6 +45,7 @@ import optax
 from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
+from grpo_jax import evaluation
 from grpo_jax import measures
 from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
@@ -53,6 +54,7 @@ from grpo_jax import optim
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sharding
+from grpo_jax.models import lora
 
 
 class TrainState(NamedTuple):
@@ -217,21 +219,24 @@ def make_loss_functions(*, model_config: models.ModelConfig,
 
 
 def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
-                       *, microbatch_size: int = 0):
+                       *, microbatch_size: int = 0, frozen=None):
   """(grads, loss, records) of one minibatch: the pre-pass statistics over
   all its rows, then the gradient accumulated over microbatches, each
   microbatch's loss divided by the whole minibatch's counts, so the result
-  does not depend on `microbatch_size`."""
+  does not depend on `microbatch_size`. With `frozen` (a LoRA run's base)
+  `params` are the adapters and the gradient is theirs alone."""
   micro_batches = split_microbatches(batch, microbatch_size)
   counts = loss_functions.counts(batch.completion_mask)
+  model_params = lambda p: p if frozen is None else lora.combine(frozen, p)
   batch_stats = None
   # One microbatch is the minibatch: its own statistics are exact.
   if loss_functions.pre_pass is not None and micro_batches.tokens.shape[0] > 1:
     batch_stats = measures.merge_stacked(jax.lax.map(
-        lambda micro: loss_functions.pre_pass(params, micro), micro_batches))
+        lambda micro: loss_functions.pre_pass(model_params(params), micro),
+        micro_batches))
   grad_fn = jax.value_and_grad(
-      lambda p, micro: loss_functions.loss(p, micro, states, counts,
-                                           batch_stats), has_aux=True)
+      lambda p, micro: loss_functions.loss(model_params(p), micro, states,
+                                           counts, batch_stats), has_aux=True)
   return accumulate_gradients(grad_fn, params, micro_batches)
 
 
@@ -242,8 +247,10 @@ def make_update_fn(*, model_config: models.ModelConfig,
                    microbatch_size: int = 0,
                    chunk_size: int = 4096, group_size: int = 1,
                    jit: bool = True) -> Callable:
-  """Builds ``update_fn(state, batch) -> (state, records)``: one optimiser
-  step on one minibatch (`batch_lib.Batch` of M rows).
+  """Builds ``update_fn(state, batch, frozen=None) -> (state, records)``:
+  one optimiser step on one minibatch (`batch_lib.Batch` of M rows); a
+  LoRA run passes its frozen base params as `frozen` (`state.params` are
+  then the adapters).
 
   The gradient is `minibatch_gradient`'s. Non-finite loss or gradients, or
   a minibatch without loss tokens, leave the state unchanged and count as
@@ -257,10 +264,10 @@ def make_update_fn(*, model_config: models.ModelConfig,
       model_config=model_config, objective=objective,
       regularisers=regularisers, chunk_size=chunk_size, group_size=group_size)
 
-  def update_fn(state: TrainState, batch):
+  def update_fn(state: TrainState, batch, frozen=None):
     grads, loss, records = minibatch_gradient(
         loss_functions, state.params, state.states, batch,
-        microbatch_size=microbatch_size)
+        microbatch_size=microbatch_size, frozen=frozen)
     grad_norm = optax.global_norm(grads)
     empty = jnp.sum(batch.completion_mask) == 0
     apply = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & ~empty
@@ -321,6 +328,7 @@ class Loop(NamedTuple):
   max_to_keep: int
   tensorboard: bool
   plot: bool
+  eval_every: int = 0  # steps between held-out evaluations; 0 = none
 
 
 class Run(NamedTuple):
@@ -331,12 +339,17 @@ class Run(NamedTuple):
   tokenizer: Any
   state: TrainState
   ref_params: Any
+  # A LoRA run's frozen base params (state.params are the adapters); None
+  # when every weight trains.
+  frozen: Any
   update_fn: Callable
   # (params, ref_params, step, key, stage states)
   #   -> (batch, measurements, stage states): `rollout.generate`.
   rollout_fn: Callable
   mesh: jax.sharding.Mesh  # sampling, log-probs and the update run on it.
   loop: Loop
+  # params -> held-out figures (`evaluation.from_config`); None when off.
+  evaluate_fn: Optional[Callable] = None
 
 
 def total_optimizer_steps(config) -> int:
@@ -379,8 +392,7 @@ def build(config) -> Run:
   """
   config_lib.validate(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
-  model_config, params, tokenizer = models.load_model(
-      config.model.name, seed=config.seed, revision=config.model.revision)
+  model_config, params, frozen, tokenizer = load_policy(config)
   optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
   components = make_components(config)
@@ -389,22 +401,26 @@ def build(config) -> Run:
                   if isinstance(c, regularisers_lib.Regulariser)]
   state = init_state(params, optimizer, seed=config.seed,
                      components=components)
-  # A distinct copy: update_fn donates the state's buffers.
-  ref_params = jax.tree.map(jnp.copy, params) if regularisers else None
   # Params, optimiser state and reference params laid out on the mesh.
   mesh = sharding.mesh_from_config(config.mesh)
   sharding.check_rows(
       config.rollout.num_prompts * config.rollout.num_generations
       // config.train.num_minibatches, mesh, name="train.num_minibatches")
   state = sharding.shard_tree(state, state.params, mesh)
-  if ref_params is not None:
-    ref_params = sharding.shard_params(ref_params, mesh)
+  if frozen is not None:
+    frozen = sharding.shard_params(frozen, mesh)
+  ref_params = None
+  if regularisers:
+    # LoRA: the frozen base is the reference. Otherwise a distinct copy,
+    # since update_fn donates the state's buffers.
+    ref_params = frozen if frozen is not None else sharding.shard_params(
+        jax.tree.map(jnp.copy, params), mesh)
   update_fn = make_update_fn(
       model_config=model_config, optimizer=optimizer, objective=objective,
       regularisers=regularisers, microbatch_size=config.train.microbatch_size,
       chunk_size=config.train.chunk_size,
       group_size=config.rollout.num_generations, jit=False)
-  update_fn = sharding.jit_sharded(update_fn, state, mesh)
+  update_fn = sharding.jit_sharded(update_fn, state, mesh, frozen=frozen)
   rollout_fn = rollout_lib.from_config(
       config, model_config, tokenizer,
       {name: components[name] for name in rollout_lib.STAGES})
@@ -414,9 +430,42 @@ def build(config) -> Run:
       num_minibatches=config.train.num_minibatches,
       checkpoint_every=config.checkpoint.every,
       max_to_keep=config.checkpoint.max_to_keep,
-      tensorboard=config.metrics.tensorboard, plot=config.metrics.plot)
-  return Run(config, model_config, tokenizer, state, ref_params, update_fn,
-             rollout_fn, mesh, loop)
+      tensorboard=config.metrics.tensorboard, plot=config.metrics.plot,
+      eval_every=config.eval.every)
+  evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
+  return Run(config, model_config, tokenizer, state, ref_params, frozen,
+             update_fn, rollout_fn, mesh, loop, evaluate_fn)
+
+
+# Folded into the seed for the LoRA A matrices' initialisation.
+_LORA_KEY = 0x10A4
+
+
+def load_policy(config) -> tuple:
+  """(model_config, trainable params, frozen params or None, tokenizer).
+
+  Full fine-tuning trains the loaded params (frozen None); with
+  ``lora.rank > 0`` the trainable params are fresh adapters
+  (`models.lora`) and the loaded params are the frozen base. Params are
+  float32 either way; ``model.dtype`` is the compute dtype.
+  """
+  model_config, params, tokenizer = models.load_model(
+      config.model.name, seed=config.seed, revision=config.model.revision,
+      dtype=config.model.dtype)
+  if not config.lora.rank:
+    return model_config, params, None, tokenizer
+  model_config = model_config.replace(
+      lora_scale=config.lora.alpha / config.lora.rank)
+  adapters = lora.init_adapters(
+      params, rank=config.lora.rank, targets=tuple(config.lora.targets),
+      key=jax.random.fold_in(jax.random.PRNGKey(config.seed), _LORA_KEY))
+  return model_config, adapters, params, tokenizer
+
+
+def policy_params(run: Run, params):
+  """The model params of the policy whose trainable part is `params`
+  (`state.params`): with LoRA, the base and the adapters together."""
+  return params if run.frozen is None else lora.combine(run.frozen, params)
 
 
 def train_step(run: Run, state: TrainState, step: int):
@@ -430,7 +479,7 @@ def train_step(run: Run, state: TrainState, step: int):
   # over ('data', 'fsdp') like the update (see `sharding.constrain`).
   with jax.set_mesh(run.mesh):
     batch, measurements, stage_states = run.rollout_fn(
-        state.params, run.ref_params, step,
+        policy_params(run, state.params), run.ref_params, step,
         jax.random.fold_in(state.key, step),
         {name: state.states[name] for name in rollout_lib.STAGES})
   state = state._replace(states=dict(state.states, **stage_states))
@@ -458,6 +507,17 @@ def train_step(run: Run, state: TrainState, step: int):
   return state, measurements
 
 
+def evaluate_step(run: Run, state: TrainState) -> dict:
+  """`run.evaluate_fn`'s held-out figures of the state's params as
+  ``eval/<name>`` measurements, and ``time/eval_s``."""
+  t0 = time.perf_counter()
+  with jax.set_mesh(run.mesh):  # the params' mesh, as in the rollout
+    figures = run.evaluate_fn(policy_params(run, state.params))
+  measurements = {f"eval/{name}": value for name, value in figures.items()}
+  measurements["time/eval_s"] = time.perf_counter() - t0
+  return measurements
+
+
 def train(config, workdir: str, *, callback: Optional[Callable] = None,
           run: Optional[Run] = None) -> TrainState:
   """Trains for ``config.train.num_steps`` steps, resuming if possible.
@@ -465,7 +525,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   Writes ``workdir/metrics.jsonl``, TensorBoard events, ``curves.png`` and
   checkpoints under ``workdir/checkpoints`` (every ``checkpoint.every`` steps
   and at the end). If a checkpoint exists the run continues from the latest
-  one, exactly as if it had never stopped.
+  one, exactly as if it had never stopped. With ``eval.every`` the held-out
+  figures (`evaluation.from_config`) join the record of every
+  ``eval.every``-th step and of the last, as ``eval/<name>``.
 
   On several processes every process calls `train` with the same config
   and workdir (storage all of them see): all take part in each step and
@@ -503,6 +565,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   try:
     for step in range(start, loop.num_steps):
       state, measurements = train_step(run, state, step)
+      if run.evaluate_fn is not None and (
+          (step + 1) % loop.eval_every == 0 or step + 1 == loop.num_steps):
+        measurements.update(evaluate_step(run, state))
       if writer is not None:
         record = writer.write(step, measurements)
       else:
@@ -537,23 +602,24 @@ def restore_policy(workdir: str, *, step=None) -> tuple:
   """The policy of a run's checkpoint (default: the latest), for evaluation
   and export: (config, model_config, params, tokenizer, step).
 
-  The run's config comes from the checkpoint; its base model is loaded for
-  the tokenizer and the state's structure, and the trained params replace
-  its weights.
+  The run's config comes from the checkpoint (fields added since it was
+  written take their defaults); its base model is loaded for the tokenizer
+  and the state's structure, and the trained params replace its weights. A
+  LoRA run's adapters come back merged into the base: plain params.
   """
   step, metadata = restore_metadata(workdir, step=step)
-  config = ml_collections.ConfigDict(json.loads(metadata["config"]))
-  model_config, params, tokenizer = models.load_model(
-      config.model.name, seed=config.seed, revision=config.model.get(
-          "revision", ""))
+  config = config_lib.with_defaults(
+      ml_collections.ConfigDict(json.loads(metadata["config"])))
+  model_config, params, frozen, tokenizer = load_policy(config)
   optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
-  components = make_components(config)
   template = jax.eval_shape(functools.partial(
       init_state, optimizer=optimizer, seed=config.seed,
-      components=components), params)
-  state, _ = restore(workdir, template, step=step)
-  return config, model_config, state.params, tokenizer, step
+      components=make_components(config)), params)
+  params = restore(workdir, template, step=step)[0].params
+  if frozen is not None:
+    params = lora.merge(lora.combine(frozen, params), model_config.lora_scale)
+  return config, model_config, params, tokenizer, step
 
 
 def restore(workdir: str, template: TrainState, *, step=None):

@@ -11,12 +11,14 @@ from configs import grpo as grpo_config
 from grpo_jax import advantages
 from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
+from grpo_jax import evaluation
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.objectives import regularisers
 from grpo_jax import rollout
 from grpo_jax import sampling
+from grpo_jax import sharding
 from grpo_jax import testing
 from grpo_jax import optim
 from grpo_jax import train
@@ -485,3 +487,56 @@ def test_config_validation_runs_before_build():
   with pytest.raises(ValueError, match="rollout.num_generations"):
     train.build(config)
   config_lib.validate(grpo_config.get_config("tiny"))
+
+
+# ------------------------------------------------- held-out evaluation
+
+
+def test_training_evaluates_the_heldout_split_every_n_steps(tmp_path):
+  from grpo_jax import metrics  # pylint: disable=g-import-not-at-top
+  config = grpo_config.get_config("tiny")
+  config.train.num_steps, config.checkpoint.every = 3, 3
+  config.eval.every, config.eval.num_samples = 2, 2
+  run = train.build(config)
+  traces = []
+  train.train(config, str(tmp_path), run=run,
+              callback=lambda step, record: traces.append(
+                  sampling.trace_count()))
+  records = metrics.read(str(tmp_path / metrics.METRICS_FILE))
+  # After step 2 (every 2) and after the last, step 3.
+  assert ["eval/greedy_accuracy" in r for r in records] == [False, True, True]
+  for name in ("eval/greedy_accuracy", "eval/pass@1", "eval/pass@2",
+               "eval/maj@1", "eval/maj@2"):
+    assert 0.0 <= records[1][name] <= 1.0 and name in records[2], name
+  assert records[2]["time/eval_s"] > 0
+  assert "reward/total" in records[1]  # beside the training measurements
+  # Its own shape compiles at most once; the second evaluation not at all.
+  assert traces[1] - traces[0] <= 1 and traces[2] == traces[1]
+  events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+  assert any(b"eval/greedy_accuracy" in p.read_bytes() for p in events)
+  assert (tmp_path / "curves.png").exists()
+
+
+def test_evaluation_shaped_like_the_rollout_reuses_its_sampler():
+  config = grpo_config.get_config("tiny")
+  config.kl.beta = 0.0  # on policy without KL: the rollout samples, scores
+  # P prompts per call, 1 greedy + (G - 1) sampled rows each: the rollout's
+  # [P*G] rows; 4 problems take two calls.
+  config.eval.every, config.eval.num_problems = 1, 4
+  config.eval.batch_size = config.rollout.num_prompts
+  config.eval.num_samples = config.rollout.num_generations - 1
+  model_config, params, tokenizer = models.load_model("tiny", seed=0)
+  components = rollout.make_components(config)
+  rollout_fn = rollout.from_config(config, model_config, tokenizer, components)
+  evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
+  sampling._sample.clear_cache()  # pylint: disable=protected-access
+  start = sampling.trace_count()
+  # Under the mesh, as train_step and train's evaluation run them.
+  with jax.set_mesh(sharding.mesh_from_config(config.mesh)):
+    rollout_fn(params, None, 0, jax.random.PRNGKey(0),
+               {name: c.init() for name, c in components.items()})
+    assert sampling.trace_count() - start == 1
+    figures = evaluate_fn(params)
+  assert sampling.trace_count() - start == 1
+  assert set(figures) == {"greedy_accuracy", "pass@1", "maj@1", "pass@3",
+                          "maj@3"}

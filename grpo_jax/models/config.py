@@ -31,8 +31,9 @@ def dtype_name(dtype) -> str:
 class ModelConfig:
   """Decoder hyperparameters. Hashable: usable as a jit static argument.
 
-  `dtype` is the compute dtype (activations, matmuls); `param_dtype` the
-  dtype params are stored in. Both are names ('float32', 'bfloat16').
+  `dtype` is the compute dtype (activations, matmuls, the KV cache);
+  `param_dtype` the dtype params are stored in. Both are names ('float32',
+  'bfloat16'): dtype bfloat16 over float32 params is mixed precision.
   """
   model_type: str
   vocab_size: int
@@ -50,6 +51,8 @@ class ModelConfig:
   max_position_embeddings: int = 4096
   dtype: str = "float32"
   param_dtype: str = "float32"
+  # alpha / rank of LoRA adapters, where the params carry them (`lora`).
+  lora_scale: float = 1.0
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:

@@ -32,12 +32,18 @@ def _tiny_model(seed: int):
 _BUILT_IN = {"tiny": _tiny_model}
 
 
-def load_model(name: str, *, seed: int = 0, revision: str = ""):
+def load_model(name: str, *, seed: int = 0, revision: str = "",
+               dtype: str = "float32"):
   """(ModelConfig, params, tokenizer) for a config's ``model.name``: a
   built-in name (``tiny``, initialised from `seed`) or a checkpoint (a hub
-  id at `revision`)."""
+  id at `revision`). Params are float32 (the master weights); `dtype` is
+  the compute dtype."""
   build = _BUILT_IN.get(name)
-  return build(seed) if build else loading.load(name, revision=revision)
+  if build is None:
+    return loading.load(name, revision=revision, dtype=dtype,
+                        param_dtype="float32")
+  config, params, tokenizer = build(seed)
+  return config.replace(dtype=dtype), params, tokenizer
 
 
 def eos_and_pad(tokenizer):

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax import sharding
+from grpo_jax.models import lora
 from grpo_jax.models.config import ModelConfig
 
 _INIT_STD = 0.02
@@ -168,7 +169,7 @@ class Attention(nn.Module):
 
     def project(name, width):
       w = self.param(name, _dense_init, (d, width), pdtype)
-      y = x @ w.astype(dtype)
+      y = lora.adapted_matmul(self, name, x, w, dtype, cfg.lora_scale)
       if cfg.qkv_bias:
         bias = self.param(f"{name}_bias", nn.initializers.zeros, (width,),
                           pdtype)
@@ -209,7 +210,8 @@ class Attention(nn.Module):
     out = jnp.einsum("bkgsl,blkd->bskgd", probs.astype(dtype), value)
     out = out.reshape(b, s, h * hd)
     w_o = self.param("o", _dense_init, (h * hd, d), pdtype)
-    return out @ w_o.astype(dtype), new_cache
+    return (lora.adapted_matmul(self, "o", out, w_o, dtype, cfg.lora_scale),
+            new_cache)
 
 
 class Mlp(nn.Module):
@@ -221,12 +223,13 @@ class Mlp(nn.Module):
     cfg = self.config
     dtype, pdtype = cfg.compute_dtype, cfg.params_dtype
     d, f = cfg.hidden_size, cfg.intermediate_size
-    gate = self.param("gate", _dense_init, (d, f), pdtype).astype(dtype)
-    up = self.param("up", _dense_init, (d, f), pdtype).astype(dtype)
-    down = self.param("down", _dense_init, (f, d), pdtype).astype(dtype)
-    hidden = sharding.constrain(jax.nn.silu(x @ gate) * (x @ up),
-                                sharding.MLP_HIDDEN)
-    return hidden @ down
+    matmul = lambda name, x, shape: lora.adapted_matmul(
+        self, name, x, self.param(name, _dense_init, shape, pdtype), dtype,
+        cfg.lora_scale)
+    hidden = sharding.constrain(
+        jax.nn.silu(matmul("gate", x, (d, f))) * matmul("up", x, (d, f)),
+        sharding.MLP_HIDDEN)
+    return matmul("down", hidden, (f, d))
 
 
 class Block(nn.Module):
@@ -348,7 +351,13 @@ def forward(params, config: ModelConfig, tokens, positions, attention_mask, *,
 
 
 def unembedding(params, config: ModelConfig) -> jnp.ndarray:
-  """The output matrix [D, V]: the tied embedding transposed, or lm_head."""
+  """The output matrix [D, V]: the tied embedding transposed, or lm_head.
+
+  Kept in the params' dtype: over float32 master weights the logits of a
+  bf16 model are a float32 matmul in the sampler and the trainer alike
+  (XLA's CPU runtime also lacks a bf16 x bf16 -> f32 dot inside the decode
+  loop).
+  """
   if config.tie_word_embeddings:
     return params["embed"].T
   return params["lm_head"]

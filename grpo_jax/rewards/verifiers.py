@@ -56,15 +56,86 @@ def _is_integer(expression) -> bool:
   return bool(getattr(expression, "is_Integer", False))
 
 
+# LaTeX markup in a bare reference (10\sqrt{2}, \frac{\sqrt{3}}{2}): parsed as
+# math, since math-verify reads undelimited text as prose (10\sqrt{2} -> 10).
+_LATEX_MARKUP = re.compile(r"[\\^_{}]")
+# A reference that already delimits its math: a worked solution.
+_DELIMITED = re.compile(r"\\boxed|(?<!\\)\$")
+# Words and spaces only ("no number here"): prose, not an answer.
+_PROSE = re.compile(r"[A-Za-z]+(\s+[A-Za-z]+)+[.!?]?")
+
+
+def parse_reference(answer: str) -> list:
+  """math-verify's parse of a reference answer; [] when it holds none.
+
+  A benchmark's answer field is LaTeX math without delimiters
+  (``10\\sqrt{2}``, ``[-2,7]``, ``p - q``), which math-verify reads as
+  prose unless delimited (``10\\sqrt{2}`` alone parses as 10), so such a
+  reference is parsed as ``$answer$``: always when it holds LaTeX markup,
+  and when the bare text parses to nothing unless it is plain words. A
+  reference with its own ``$`` or ``\\boxed`` (a worked solution) and a
+  plain number (``8``, ``2,400``) parse as they are.
+
+  Args:
+    answer: the reference text.
+
+  Returns:
+    math-verify's parsed answer (a list; [] if nothing parsable).
+  """
+  # Imported here: math-verify loads sympy and its grammar (a second or two).
+  from math_verify import parse  # pylint: disable=g-import-not-at-top
+  timeout = _timeout_seconds()
+  text = answer.strip()
+  if _DELIMITED.search(text):
+    return parse(text, parsing_timeout=timeout)
+  bare = [] if _LATEX_MARKUP.search(text) else parse(
+      text, parsing_timeout=timeout)
+  if bare or _PROSE.fullmatch(text):
+    return bare
+  return parse(f"${text}$", parsing_timeout=timeout)
+
+
+def parse_answer(completion: str) -> list:
+  """math-verify's parse of a completion's final answer (``\\boxed{}``
+  first, then "answer is", then the last expression); [] when none."""
+  from math_verify import parse  # pylint: disable=g-import-not-at-top
+  return parse(completion, parsing_timeout=_timeout_seconds())
+
+
+def same_answer(first: list, second: list) -> bool:
+  """Whether two parsed answers (`parse_answer`) are equivalent
+  (math-verify's symbolic comparison); False when either is empty."""
+  from math_verify import verify  # pylint: disable=g-import-not-at-top
+  if not first or not second:
+    return False
+  return bool(verify(first, second, timeout_seconds=_timeout_seconds()))
+
+
+def matches_reference(predicted: list, gold: list, *,
+                      require_evaluated: bool = True) -> bool:
+  """Whether a parsed completion answer equals the parsed reference.
+
+  See `answer_is_correct`; `predicted` from `parse_answer`, `gold` from
+  `parse_reference` (nonempty).
+  """
+  if not predicted:
+    return False
+  if (require_evaluated and _is_integer(gold[0])
+      and _is_unevaluated_arithmetic(predicted[0])):
+    return False
+  return same_answer(gold, predicted)
+
+
 def answer_is_correct(completion: str, answer: str, *,
                       require_evaluated: bool = True) -> bool:
   """Whether `completion`'s final answer equals the reference `answer`.
 
   math-verify extracts the answer (``\\boxed{}`` first, then "answer is",
-  then the last expression) and compares it symbolically. With
-  `require_evaluated`, when the reference is an integer the extracted answer
-  must be a number, not an expression: math-verify would otherwise accept
-  ``3 + 5`` for 8, and a policy learns to echo the question.
+  then the last expression; `parse_answer`) and compares it symbolically
+  with the reference (`parse_reference`). With `require_evaluated`, when the
+  reference is an integer the extracted answer must be a number, not an
+  expression: math-verify would otherwise accept ``3 + 5`` for 8, and a
+  policy learns to echo the question.
 
   Args:
     completion: the model's text.
@@ -74,19 +145,11 @@ def answer_is_correct(completion: str, answer: str, *,
   Returns:
     True if correct. Raises ValueError if `answer` holds no parsable answer.
   """
-  # Imported here: math-verify loads sympy and its grammar (a second or two).
-  from math_verify import parse, verify  # pylint: disable=g-import-not-at-top
-  timeout = _timeout_seconds()
-  gold = parse(answer, parsing_timeout=timeout)
+  gold = parse_reference(answer)
   if not gold:
     raise ValueError(f"reference answer {answer!r} holds no parsable answer.")
-  predicted = parse(completion, parsing_timeout=timeout)
-  if not predicted:
-    return False
-  if (require_evaluated and _is_integer(gold[0])
-      and _is_unevaluated_arithmetic(predicted[0])):
-    return False
-  return bool(verify(gold, predicted, timeout_seconds=timeout))
+  return matches_reference(parse_answer(completion), gold,
+                           require_evaluated=require_evaluated)
 
 
 @VERIFIERS.register()
