@@ -6,8 +6,9 @@ setup(
     description="GRPO and its family (DAPO, Dr. GRPO, GSPO, GMPO, CFPO, R2VPO, "
                 "SAPO, CISPO) in JAX/Flax.",
     packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
-    # The embedded model's tokenizer, converted once from its GGUF file.
-    package_data={"grpo_jax.models": ["tokenizers/*/*"]},
+    # The embedded model's tokenizer, converted once from its GGUF file, and
+    # the config.json of the architectures `experiments/plan.py` knows.
+    package_data={"grpo_jax.models": ["tokenizers/*/*", "architectures/*.json"]},
     python_requires=">=3.11",  # jax 0.10, flax 0.12, transformers 5
     # Ranges the test suite has passed on (README, "Tested versions"): a
     # fresh environment (Colab) must not pick up an untested jax or flax.

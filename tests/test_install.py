@@ -74,6 +74,11 @@ def test_wheel_holds_the_library_and_its_data_only(built):
   assert {"tokenizer.json", "tokenizer_config.json"} <= {
       pathlib.PurePosixPath(d).name for d in data}
   assert data - names == set()
+  # The planner's architectures, package data too.
+  architectures = {
+      p.relative_to(source).as_posix()
+      for p in (source / "grpo_jax" / "models" / "architectures").glob("*.json")}
+  assert len(architectures) >= 5 and architectures - names == set()
 
 
 TRAIN_ONE_STEP = textwrap.dedent("""
