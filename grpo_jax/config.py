@@ -249,6 +249,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive(c, "lora.rank", allow_zero=True)
   if c.lora.rank:
     from grpo_jax.models import lora  # pylint: disable=g-import-not-at-top
+    if len(set(c.lora.targets)) != len(c.lora.targets):
+      _fail("lora.targets", f"{tuple(c.lora.targets)!r} repeats a name",
+            "name each matrix once")
     try:
       lora.check_targets(c.lora.targets)
     except ValueError as e:

@@ -390,7 +390,7 @@ def auto_k(k: Sequence[int], num_samples: int) -> Tuple[int, ...]:
   return tuple(sorted({1, num_samples})) if num_samples else ()
 
 
-def load_policy(config, checkpoint: Optional[str] = None):
+def policy_to_evaluate(config, checkpoint: Optional[str] = None):
   """(model_config, params, tokenizer, step): the config's base model as
   training loads it (`train.load_policy`: revision, dtype), or with
   `checkpoint` (a training workdir) the policy of its latest checkpoint
@@ -442,7 +442,8 @@ def evaluate(config, *, benchmark: str = "heldout",
                             question_key=question_key, answer_key=answer_key,
                             data_dir=data_dir)
   golds = parse_references(examples, source=f"benchmark {benchmark!r}")
-  model_config, params, tokenizer, step = load_policy(config, checkpoint)
+  model_config, params, tokenizer, step = policy_to_evaluate(config,
+                                                             checkpoint)
   start = time.perf_counter()
   sampling = Sampling.from_rollout(config, batch_size=batch_size)
   figures = evaluate_examples(

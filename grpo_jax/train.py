@@ -598,6 +598,14 @@ def restore_metadata(workdir: str, *, step=None) -> tuple:
     checkpointer.close()
 
 
+def restore_config(workdir: str, *, step=None) -> tuple:
+  """(step, config) a run saved in its checkpoint (default: the latest);
+  fields added since it was written take their defaults."""
+  step, metadata = restore_metadata(workdir, step=step)
+  return step, config_lib.with_defaults(
+      ml_collections.ConfigDict(json.loads(metadata["config"])))
+
+
 def restore_policy(workdir: str, *, step=None) -> tuple:
   """The policy of a run's checkpoint (default: the latest), for evaluation
   and export: (config, model_config, params, tokenizer, step).
@@ -607,9 +615,7 @@ def restore_policy(workdir: str, *, step=None) -> tuple:
   and the state's structure, and the trained params replace its weights. A
   LoRA run's adapters come back merged into the base: plain params.
   """
-  step, metadata = restore_metadata(workdir, step=step)
-  config = config_lib.with_defaults(
-      ml_collections.ConfigDict(json.loads(metadata["config"])))
+  step, config = restore_config(workdir, step=step)
   model_config, params, frozen, tokenizer = load_policy(config)
   optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)

@@ -263,7 +263,7 @@ def test_bad_input_fails_before_the_model_loads(tmp_path, monkeypatch, kwargs,
                                                 match):
   def no_model(*args, **kw):
     raise AssertionError("the model was loaded before the input was checked")
-  monkeypatch.setattr(evaluation, "load_policy", no_model)
+  monkeypatch.setattr(evaluation, "policy_to_evaluate", no_model)
   monkeypatch.setattr(models, "load_model", no_model)
   files = {"FIELDLESS": [{"text": "x", "answer": "1"}],
            "UNPARSABLE": [{"question": "x", "answer": "no number here"}]}
@@ -282,7 +282,7 @@ def test_num_samples_defaults_to_the_largest_k(monkeypatch):
     seen.update(num_samples=num_samples, k=k, batch=sampling.batch_size)
     return {}
   monkeypatch.setattr(evaluation, "evaluate_examples", fake)
-  monkeypatch.setattr(evaluation, "load_policy",
+  monkeypatch.setattr(evaluation, "policy_to_evaluate",
                       lambda config, checkpoint: (None, None, None, 0))
   got = evaluation.evaluate(tiny_config(), k=(1, 4))
   assert seen == {"num_samples": 4, "k": (1, 4), "batch": 64}

@@ -111,7 +111,8 @@ def test_uncached_hub_id_offline_is_a_clear_error(offline_hub):
 
 @pytest.mark.parametrize("error,match", [
     ("GatedRepoError", "gated hub repository.*HF_TOKEN"),
-    ("RepositoryNotFoundError", "no such hub repository"),
+    ("RepositoryNotFoundError", r"no local directory .*org/m exists.*no such "
+     "hub repository"),
     ("RevisionNotFoundError", "model.revision='v9' does not exist"),
 ])
 def test_hub_errors_name_the_field_and_fix(monkeypatch, error, match):
@@ -128,6 +129,11 @@ def test_hub_errors_name_the_field_and_fix(monkeypatch, error, match):
   monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
   with pytest.raises(ValueError, match=match):
     loading.hub_snapshot("org/m", revision="v9")
+
+
+def test_revision_of_a_local_model_is_an_error(tmp_path):
+  with pytest.raises(ValueError, match="model.revision='v2' is set but"):
+    models.load("smollm2-135m-instruct", revision="v2")
 
 
 def test_hub_ids_and_paths_are_told_apart(tmp_path):

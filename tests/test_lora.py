@@ -195,6 +195,7 @@ def test_lora_runs_sharded_over_fsdp(tmp_path):
 @pytest.mark.parametrize("field,value,named", [
     ("lora.targets", ("q", "qproj"), "'qproj' names no module; choose from q"),
     ("lora.targets", (), "config.lora.targets"),
+    ("lora.targets", ("q", "q"), "repeats a name"),
     ("lora.rank", -1, "config.lora.rank"),
     ("lora.alpha", 0.0, "config.lora.alpha"),
 ])

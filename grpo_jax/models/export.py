@@ -180,6 +180,10 @@ def save_hf_checkpoint(out_dir, params, config: ModelConfig, tokenizer, *,
         indent=2))
     if tokenizer is not None:
       tokenizer.save_pretrained(str(tmp))
+    # mkdtemp's 0700 would keep other users (a serving container) out.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
     if out.exists():
       out.rmdir()  # empty, checked above
     os.rename(tmp, out)

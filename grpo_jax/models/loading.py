@@ -125,13 +125,18 @@ def load(name_or_path: str, *, dtype="float32", param_dtype=None,
     (ModelConfig, params tree, transformers tokenizer or None when the
     directory has no tokenizer files).
   """
+  path = pathlib.Path(name_or_path).expanduser()
+  from_hub = not path.exists() and is_hub_id(name_or_path)
+  if revision and not from_hub:
+    raise ValueError(
+        f"model.revision={revision!r} is set but model.name={name_or_path!r} "
+        "is not a hub id; leave model.revision '' for local models.")
   if name_or_path in EMBEDDED_MODELS:
     return load_gguf(embedded_model_path(name_or_path), dtype=dtype,
                      param_dtype=param_dtype)
-  path = pathlib.Path(name_or_path).expanduser()
   if path.is_file() and path.suffix == ".gguf":
     return load_gguf(path, dtype=dtype, param_dtype=param_dtype)
-  if not path.exists() and is_hub_id(name_or_path):
+  if from_hub:
     path = hub_snapshot(name_or_path, revision=revision)
   if path.is_dir():
     config, params = load_hf_checkpoint(path, dtype=dtype,
@@ -171,7 +176,8 @@ def hub_snapshot(repo_id: str, *, revision: str = "") -> pathlib.Path:
   """
   import huggingface_hub  # pylint: disable=g-import-not-at-top
   from huggingface_hub import constants, errors  # pylint: disable=g-import-not-at-top
-  where = f"model.name={repo_id!r}"
+  where = (f"model.name={repo_id!r} (no local directory "
+           f"{pathlib.Path(repo_id).resolve()} exists, so it was read as a hub id)")
   try:
     return pathlib.Path(huggingface_hub.snapshot_download(
         repo_id, revision=revision or None, allow_patterns=list(HUB_PATTERNS)))

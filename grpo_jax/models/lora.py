@@ -14,7 +14,9 @@ the params (``layers/attn/q_lora_a`` [Lyr, D, r] beside ``layers/attn/q``):
     merged = merge(full, scale)        # W + scale A B: plain params again
 
 The model applies the two small matmuls itself where a leaf has adapters
-(never forming W + AB in training); the sampler and the export merge.
+(never forming W + AB in training); each sampler call merges them into
+one copy of the weights, and `train.restore_policy` merges them for
+evaluation and export.
 
 Our own rather than qwix: the sampler's decode step is a hand-written
 function over the params dict, not a Flax module qwix could intercept, and
