@@ -13,9 +13,10 @@ old log-prob pass): the README's before/after figures were measured so;
 an off-policy quickstart has not been measured.
 
 Expect: metrics.jsonl, TensorBoard events, curves.png and a final checkpoint
-in runs/quickstart; reward rising and completions getting shorter over the
-run, and held-out greedy accuracy above the base model's (README: measured
-figures and their commands). Greedy accuracy on the 40 held-out problems is
+in runs/quickstart; reward rising over the run, and held-out sampled
+accuracy and pass@4 above the base model's. Greedy accuracy and the
+completions' length vary from run to run at this size: the README gives two
+runs' figures and their commands. Greedy accuracy on the 40 held-out problems is
 also measured during the run, after steps 20 and 40 (eval/greedy_accuracy
 in metrics.jsonl and TensorBoard, the held-out panel of curves.png): one
 batched greedy pass each, with --config.eval.every=0 to skip them.
