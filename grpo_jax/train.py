@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import pathlib
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
@@ -54,6 +55,7 @@ from grpo_jax import optim
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sharding
+from grpo_jax.models import loading
 from grpo_jax.models import lora
 
 
@@ -388,11 +390,15 @@ def build(config) -> Run:
   """Validates `config`, loads model, task and rewards; builds the functions.
 
   The reference params are a copy of the initial params and exist only when
-  ``kl.beta > 0``.
+  ``kl.beta > 0``. A hub model's revision is pinned to the commit loaded
+  (`Run.config`, saved with every checkpoint), so that resuming, evaluating
+  or exporting (a LoRA run's adapters above all) reads the same base weights
+  even after the hub's branch moves on.
   """
   config_lib.validate(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
   model_config, params, frozen, tokenizer = load_policy(config)
+  config = pin_hub_revision(config)
   optimizer = optim.make_optimizer(
       total_steps=total_optimizer_steps(config), **config.optimizer)
   components = make_components(config)
@@ -439,6 +445,18 @@ def build(config) -> Run:
 
 # Folded into the seed for the LoRA A matrices' initialisation.
 _LORA_KEY = 0x10A4
+
+
+def pin_hub_revision(config):
+  """`config`, or a copy whose ``model.revision`` is the commit of the hub
+  snapshot ``model.name`` resolved to (from the local cache)."""
+  name = config.model.name
+  if (config.model.revision or pathlib.Path(name).expanduser().exists()
+      or not loading.is_hub_id(name)):
+    return config
+  pinned = config.copy_and_resolve_references()
+  pinned.model.revision = loading.hub_snapshot(name).name
+  return pinned
 
 
 def load_policy(config) -> tuple:

@@ -103,6 +103,24 @@ def test_hub_revision_selects_that_snapshot(offline_hub):
   assert models.load("org/m", revision="v2")[0].model_type == "qwen2"
 
 
+def test_training_pins_the_hub_commit_it_loaded(offline_hub):
+  # A LoRA checkpoint holds adapters only: its base must not move with the
+  # hub's main branch. `train.build` saves the config this returns.
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
+  snapshot, _ = testing.save_tiny_hub_cache(offline_hub, "org/tiny")
+  config = config_lib.use_tiny(config_lib.get_base_config())
+  config.model.name = "org/tiny"
+  pinned = train.pin_hub_revision(config)
+  assert pinned.model.revision == snapshot.name and len(snapshot.name) == 40
+  assert config.model.revision == ""  # the caller's config is untouched
+  assert train.pin_hub_revision(pinned) is pinned
+  assert models.load("org/tiny", revision=snapshot.name)[0].model_type == (
+      "llama")
+  tiny = config_lib.use_tiny(config_lib.get_base_config())
+  assert train.pin_hub_revision(tiny) is tiny
+
+
 def test_uncached_hub_id_offline_is_a_clear_error(offline_hub):
   with pytest.raises(ValueError, match=r"model.name='org/absent'.*not in the "
                      r"hub cache.*HF_HUB_OFFLINE.*hf download org/absent"):
