@@ -20,4 +20,5 @@ from grpo_jax.models.loading import (
     load_tokenizer,
 )
 from grpo_jax.models.export import save_hf_checkpoint
-from grpo_jax.models.presets import eos_and_pad, load_model, tiny_model_config
+from grpo_jax.models.presets import (built_in_config, eos_and_pad, load_model,
+                                     tiny_model_config)

@@ -20,16 +20,31 @@ def tiny_model_config(vocab_size: int) -> ModelConfig:
       head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
 
 
-def _tiny_model(seed: int):
+def _tiny_tokenizer():
   from grpo_jax import testing  # pylint: disable=g-import-not-at-top
-  tokenizer = testing.tiny_tokenizer()
+  return testing.tiny_tokenizer()
+
+
+def _tiny_config():
+  return tiny_model_config(len(_tiny_tokenizer()))
+
+
+def _tiny_model(seed: int):
+  tokenizer = _tiny_tokenizer()
   config = tiny_model_config(len(tokenizer))
   return (config, transformer.init_params(config, jax.random.PRNGKey(seed)),
           tokenizer)
 
 
-# Models built in code, by name.
-_BUILT_IN = {"tiny": _tiny_model}
+# Models built in code, by name: their (config without weights, full build).
+_BUILT_IN = {"tiny": (_tiny_config, _tiny_model)}
+
+
+def built_in_config(name: str):
+  """The ModelConfig of a built-in model (no weights), or None when `name`
+  names a checkpoint instead."""
+  entry = _BUILT_IN.get(name)
+  return None if entry is None else entry[0]()
 
 
 def load_model(name: str, *, seed: int = 0, revision: str = "",
@@ -38,11 +53,10 @@ def load_model(name: str, *, seed: int = 0, revision: str = "",
   built-in name (``tiny``, initialised from `seed`) or a checkpoint (a hub
   id at `revision`). Params are float32 (the master weights); `dtype` is
   the compute dtype."""
-  build = _BUILT_IN.get(name)
-  if build is None:
+  if name not in _BUILT_IN:
     return loading.load(name, revision=revision, dtype=dtype,
                         param_dtype="float32")
-  config, params, tokenizer = build(seed)
+  config, params, tokenizer = _BUILT_IN[name][1](seed)
   return config.replace(dtype=dtype), params, tokenizer
 
 

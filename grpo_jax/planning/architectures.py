@@ -82,10 +82,9 @@ def model_config_from_name(name: str, *, dtype: str = "float32",
 
   `dtype` is the compute dtype, `param_dtype` the params' (float32 master
   weights, as `models.load_model` loads them)."""
-  if name == "tiny":
-    from grpo_jax import testing  # pylint: disable=g-import-not-at-top
-    config = models.tiny_model_config(len(testing.tiny_tokenizer()))
-    return config.replace(dtype=dtype, param_dtype=param_dtype), ()
+  built_in = models.built_in_config(name)
+  if built_in is not None:
+    return built_in.replace(dtype=dtype, param_dtype=param_dtype), ()
   path = hf_config_path(name)
   try:
     hf = json.loads(path.read_text())
