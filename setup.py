@@ -32,6 +32,11 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "tensorboardX>=2.6",
+        # Reward functions run in worker processes with per-completion
+        # timeouts (a stuck worker is killed and replaced); cloudpickle
+        # sends a notebook's own reward function to them.
+        "pebble>=5.0,<6",
+        "cloudpickle>=3.0,<4",
     ],
     extras_require={
         # torch only as a reference in tests and benchmarks; install

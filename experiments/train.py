@@ -6,7 +6,9 @@
 
 ``--config.a.b=value`` overrides a field; an unknown field is an error, and
 the config is validated before any model is loaded. Rerunning the same
-command resumes from the latest checkpoint in the workdir.
+command resumes from the latest checkpoint in the workdir. SIGTERM (a
+preemption) or Ctrl-C finishes the current step, saves a checkpoint and
+exits 0; Ctrl-C twice stops at once (README, "Faults and recovery").
 
 Several hosts: run the same command on every host with ``--distributed``
 and a workdir all hosts see (e.g. a bucket or NFS path); outside TPU pods

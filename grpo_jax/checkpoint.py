@@ -9,16 +9,41 @@ Saves are atomic: orbax writes into a temporary directory
 and only a renamed directory counts as a checkpoint. A process killed in the
 middle of a save leaves a temporary directory that `latest_step` ignores, so
 the previous checkpoint stays the latest one.
+
+A checkpoint that cannot be restored (files truncated by an interrupted
+copy or a full disk, a stray directory with a step's name) is never used
+silently: `Checkpointer.restore_newest` names it and the newest readable
+one, and with ``on_corrupt="previous"`` moves it aside (never deleting it)
+and resumes from that one. `check_writable` probes the directory before a
+run computes anything.
 """
 
+import logging
 import os
+import shutil
+import time
+import uuid
 from typing import Any, Optional
 
+from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
 STATE = "state"
 METADATA = "metadata"
+ON_CORRUPT = ("error", "previous")
+# Where `restore_newest` moves unreadable checkpoints: a sibling directory
+# (orbax would list a step-named directory inside `directory` as a step).
+CORRUPT_SUFFIX = ".corrupt"
+
+
+class CorruptCheckpoint(RuntimeError):
+  """A checkpoint that exists but cannot be restored."""
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
 class Checkpointer:
@@ -51,16 +76,30 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, metadata: Optional[dict] = None
            ) -> None:
-    """Writes `state` and `metadata` as checkpoint `step` (atomic)."""
+    """Writes `state` and `metadata` as checkpoint `step` (atomic).
+
+    Raises:
+      OSError naming the step, the directory and the last complete
+      checkpoint when the write fails (a full disk, lost permissions).
+    """
     metadata = dict(metadata or {}, step=int(step))
-    self._manager.save(
-        int(step),
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardSave(state),
-            METADATA: ocp.args.JsonSave(metadata),
-        }),
-        force=True)
-    self._manager.wait_until_finished()
+    try:
+      self._manager.save(
+          int(step),
+          args=ocp.args.Composite(**{
+              STATE: ocp.args.StandardSave(state),
+              METADATA: ocp.args.JsonSave(metadata),
+          }),
+          force=True)
+      self._manager.wait_until_finished()
+    except Exception as error:  # pylint: disable=broad-except
+      steps = [s for s in self.all_steps() if s != int(step)]
+      kept = (f"checkpoint {steps[-1]} is intact and stays the newest"
+              if steps else "there is no earlier checkpoint")
+      raise OSError(
+          f"saving checkpoint {step} to {self.directory} failed "
+          f"({_first_line(error)}); {kept}. Free space or fix the "
+          "directory's permissions, then rerun the same command.") from error
 
   def all_steps(self) -> list:
     """The steps of every complete checkpoint, oldest first."""
@@ -89,13 +128,76 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}.")
     abstract = jax.tree.map(_abstract, template)
-    restored = self._manager.restore(
-        int(step),
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardRestore(abstract),
-            METADATA: ocp.args.JsonRestore(),
-        }))
+    try:
+      restored = self._manager.restore(
+          int(step),
+          args=ocp.args.Composite(**{
+              STATE: ocp.args.StandardRestore(abstract),
+              METADATA: ocp.args.JsonRestore(),
+          }))
+    except Exception as error:  # pylint: disable=broad-except
+      raise CorruptCheckpoint(
+          f"checkpoint {step} in {self.directory} cannot be restored: "
+          f"{_first_line(error)}") from error
     return restored[STATE], dict(restored[METADATA])
+
+  def restore_newest(self, template: Any, *, on_corrupt: str = "error"
+                     ) -> Optional[tuple]:
+    """(step, state, metadata) of the newest checkpoint, or None if none.
+
+    A newest checkpoint that cannot be restored is an error naming it and
+    the newest one that can; with ``on_corrupt="previous"`` the unreadable
+    ones newer than that are moved to ``<directory>.corrupt/`` (on process
+    0) with a warning, and that one is restored. When none can be restored
+    (a changed config reads every checkpoint wrongly) nothing is moved.
+
+    Raises:
+      CorruptCheckpoint: as above.
+    """
+    if on_corrupt not in ON_CORRUPT:
+      raise ValueError(f"on_corrupt={on_corrupt!r}; choose one of "
+                       f"{', '.join(ON_CORRUPT)}.")
+    unreadable = []  # (step, error), newest first
+    for step in reversed(self.all_steps()):
+      try:
+        state, metadata = self.restore(template, step)
+      except CorruptCheckpoint as error:
+        unreadable.append((step, error))
+        continue
+      if unreadable and on_corrupt == "error":
+        newest, error = unreadable[0]
+        raise CorruptCheckpoint(
+            f"{error}. The newest readable checkpoint is {step}. To resume "
+            "from it, rerun with --config.checkpoint.on_corrupt=previous "
+            f"(checkpoint {newest} is then moved to "
+            f"{self.directory}{CORRUPT_SUFFIX}/, not deleted).") from error
+      for bad, error in unreadable:
+        moved = self.move_aside(bad)
+        logging.warning("%s; moved it to %s and resuming from checkpoint %d.",
+                        error, moved, step)
+      return step, state, metadata
+    if unreadable:
+      newest, error = unreadable[0]
+      raise CorruptCheckpoint(
+          f"{error}. None of the {len(unreadable)} checkpoints in "
+          f"{self.directory} can be restored with this config; if the config "
+          "changed since they were written, train in a new --workdir (or "
+          "move this one aside to start over).") from error
+    return None
+
+  def move_aside(self, step: int) -> str:
+    """Moves checkpoint `step` to ``<directory>.corrupt/<step>-<time>``
+    (process 0 renames, every process waits); returns the new path."""
+    target = epath.Path(self.directory + CORRUPT_SUFFIX) / (
+        f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if jax.process_index() == 0:
+      target.parent.mkdir(parents=True, exist_ok=True)
+      (epath.Path(self.directory) / str(step)).rename(target)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      multihost_utils.sync_global_devices(f"move_aside_{step}")
+    self._manager.reload()
+    return str(target)
 
   def metadata(self, step: Optional[int] = None) -> dict:
     """The JSON metadata of checkpoint `step` (default: the latest) alone."""
@@ -103,14 +205,48 @@ class Checkpointer:
       step = self.latest_step()
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}.")
-    restored = self._manager.restore(
-        int(step), args=ocp.args.Composite(**{
-            METADATA: ocp.args.JsonRestore()}))
+    try:
+      restored = self._manager.restore(
+          int(step), args=ocp.args.Composite(**{
+              METADATA: ocp.args.JsonRestore()}))
+    except Exception as error:  # pylint: disable=broad-except
+      raise CorruptCheckpoint(
+          f"checkpoint {step} in {self.directory} cannot be read: "
+          f"{_first_line(error)}") from error
     return dict(restored[METADATA])
 
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def check_writable(directory: str, *, needed_bytes: int = 0) -> None:
+  """Raises OSError naming `directory` and the fix unless a file can be
+  written there and, for a local path, `needed_bytes` are free (a
+  checkpoint's size): an unwritable or full disk found before any compute,
+  not at the first save. Creates the directory."""
+  if "://" in directory:  # a bucket: orbax reports its own errors
+    return
+  probe = os.path.join(directory, f".write_probe-{uuid.uuid4().hex}")
+  try:
+    os.makedirs(directory, exist_ok=True)
+    with open(probe, "wb") as f:
+      f.write(b"\0" * 4096)
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as error:
+    raise OSError(
+        f"cannot write to {directory} ({_first_line(error)}); fix its "
+        "permissions or free space, or give another --workdir.") from error
+  finally:
+    if os.path.exists(probe):
+      os.remove(probe)
+  free = shutil.disk_usage(directory).free
+  if free < needed_bytes:
+    raise OSError(
+        f"{directory} has {free / 2**30:.2f} GiB free, and a checkpoint "
+        f"needs about {needed_bytes / 2**30:.2f} GiB; free space or give "
+        "another --workdir.")
 
 
 def _abstract(x):

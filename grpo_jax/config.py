@@ -10,6 +10,8 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
 
+import os
+
 import ml_collections
 
 from grpo_jax import data
@@ -81,6 +83,19 @@ def get_base_config() -> ml_collections.ConfigDict:
   # its options and weight, e.g. DAPO's
   #   overlong=dict(weight=1.0, max_length=96, cache_length=24).
   c.rewards.shapers = ml_collections.ConfigDict()
+  # The reward functions run in this many worker processes, one completion
+  # per task, so that one that hangs or crashes costs only that completion
+  # (0, counted as reward_errors/<name>); 0 = in the training process, with
+  # no timeout (for debugging).
+  c.rewards.workers = 2
+  c.rewards.timeout_s = 30.0      # per completion and function, with workers
+  # Seconds for all reward functions on one sampling round, with workers:
+  # then every unfinished completion fails.
+  c.rewards.deadline_s = 300.0
+  # Stop with an error when a reward function has failed on every
+  # completion of this many steps in a row (a warning each step before);
+  # 0 = never.
+  c.rewards.max_failing_steps = 3
 
   c.advantage = ml_collections.ConfigDict()
   # An `advantages` name: grpo, dr_grpo, rloo, or gdpo (GDPO normalises each
@@ -126,10 +141,17 @@ def get_base_config() -> ml_collections.ConfigDict:
   # jax's persistent compilation cache: a rerun (or a resumed run) loads
   # the compiled sampler and update instead of compiling them; "" = off.
   c.train.compilation_cache_dir = "~/.cache/grpo_jax/xla"
+  # Stop with an error after this many non-finite updates in a row (each
+  # skipped, the params unchanged); 0 = never.
+  c.train.max_nonfinite_updates = 10
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50
   c.checkpoint.max_to_keep = 3
+  # An unreadable newest checkpoint: "error" names it and the newest
+  # readable one; "previous" moves it aside (checkpoints.corrupt/) and
+  # resumes from that one.
+  c.checkpoint.on_corrupt = "error"
 
   # Held-out evaluation during training (`evaluation.from_config`): after
   # every `every` steps and after the last, logged as eval/greedy_accuracy,
@@ -233,6 +255,28 @@ def _positive(c, field, *, allow_zero=False):
     _fail(field, f"{value!r} is not {bound}", f"set a value {bound}")
 
 
+def _check_paths(c) -> None:
+  """Every file the config names exists and is readable: the JSONL data,
+  and a model name that reads as a local path (not an embedded name or a
+  hub id, which `models.load` resolves and reports itself)."""
+  if c.data.task == "jsonl":
+    path = os.path.expanduser(c.data.path)
+    if not os.path.isfile(path):
+      _fail("data.path", f"{c.data.path!r} is not a file"
+            + (" (it is a directory)" if os.path.isdir(path) else ""),
+            "give the path of a JSONL file, one {question, answer} per line")
+    if not os.access(path, os.R_OK):
+      _fail("data.path", f"{c.data.path!r} is not readable",
+            "fix its permissions")
+  name = c.model.name
+  looks_local = (name.startswith((".", "/", "~")) or os.sep in name
+                 and name.count("/") != 1) or name.endswith(".gguf")
+  if looks_local and not os.path.exists(os.path.expanduser(name)):
+    _fail("model.name", f"{name!r} reads as a local path and does not exist",
+          "give an existing checkpoint directory or .gguf file, "
+          "'smollm2-135m-instruct', 'tiny' or a hub id 'org/name'")
+
+
 def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises ValueError naming the field and the fix; returns `c` if valid.
 
@@ -240,7 +284,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """
   # Late imports: configs stay importable without jax until validation.
   from grpo_jax import advantages, credit, kl, objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rewards, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax import checkpoint, rewards, strategies  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
     _fail("model.name", "is empty",
@@ -262,6 +306,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",
           "set --config.data.path=/path/to/file.jsonl")
+  _check_paths(c)
   if c.data.task == "arithmetic":
     _positive(c, "data.digits")
     if c.data.operands < 2:
@@ -294,6 +339,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           f"has {len(c.rewards.weights)} entries for "
           f"{len(c.rewards.functions)} reward functions",
           "give one weight per reward function")
+  _positive(c, "rewards.workers", allow_zero=True)
+  _positive(c, "rewards.timeout_s")
+  _positive(c, "rewards.deadline_s")
   for name, options in c.rewards.shapers.items():
     field = f"rewards.shapers.{name}"
     if "weight" not in options:
@@ -384,6 +432,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   _positive(c, "checkpoint.every")
   _positive(c, "checkpoint.max_to_keep")
+  _check_choice("checkpoint.on_corrupt", c.checkpoint.on_corrupt,
+                checkpoint.ON_CORRUPT)
+  _positive(c, "train.max_nonfinite_updates", allow_zero=True)
+  _positive(c, "rewards.max_failing_steps", allow_zero=True)
   _positive(c, "eval.every", allow_zero=True)
   _positive(c, "eval.num_problems")
   _positive(c, "eval.num_samples", allow_zero=True)

@@ -6,6 +6,7 @@ and called here in order; what a stage computes lives in its own package:
   select    prompts of a sampling round          strategies.select
   sample    tokens, mask, sampler logp [N, T]    sampling.sample
   score     rewards [P, G, K] of the verifiers   rewards.verifiers
+            in worker processes, with timeouts   (rewards.workers)
   shape     more reward columns                  rewards.shapers
   groups    keep, drop or refill groups; may     strategies.groups
             sample again
@@ -101,6 +102,8 @@ class Pipeline(NamedTuple):
     components: the stage records by state name (`STAGES`).
     assemble: ``assemble(params, ref_params, prompt_tokens, prompt_mask,
       tokens, sample_mask, loss_mask, advantages, sampler_logp) -> Batch``.
+    scoring: where and how long the verifiers run (`rewards.ScoreOptions`;
+      the default scores in this process, with no timeout).
   """
   num_prompts: int
   sampler: Sampler
@@ -112,6 +115,7 @@ class Pipeline(NamedTuple):
   shapers: Mapping[str, Tuple[Callable, float]]
   components: Mapping[str, Any]
   assemble: Callable
+  scoring: rewards_lib.ScoreOptions = rewards_lib.ScoreOptions()
 
   @property
   def columns(self) -> Tuple[str, ...]:
@@ -156,7 +160,8 @@ def _score(pipeline: Pipeline, examples, out):
                                    out.lengths[rows])
   result = rewards_lib.score(
       pipeline.verifiers, [e.question for e in local for _ in range(g)],
-      completions, [e.answer for e in local for _ in range(g)])
+      completions, [e.answer for e in local for _ in range(g)],
+      **pipeline.scoring._asdict())
   errors = np.asarray([[result.num_errors[name]
                         for name in pipeline.verifiers]])
   return (sharding.gather_process_blocks(result.per_function),
@@ -302,6 +307,9 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
   for k, name in enumerate(pipeline.verifiers):
     m[f"reward_errors/{name}"] = float(
         sum(rnd.errors[k] for rnd in selected.rounds))
+  # Every completion of every round, as the errors count: a function failed
+  # on all of them when its errors equal this.
+  m["reward/scored"] = float(sum(rnd.lengths.size for rnd in selected.rounds))
   if batch.old_logp is not None:  # on policy the update measures it
     sampled = np.asarray(batch.input_mask)[:, -batch.old_logp.shape[1]:]
     m["logprob/sampler_trainer_max_abs_diff"] = float(
@@ -369,6 +377,10 @@ def from_config(config, model_config, tokenizer, components=None):
                  for name, weight in zip(config.rewards.functions,
                                          config.rewards.weights)},
       shapers=shapers,
+      scoring=rewards_lib.ScoreOptions(
+          workers=config.rewards.workers,
+          timeout_s=float(config.rewards.timeout_s),
+          deadline_s=float(config.rewards.deadline_s)),
       components=components or make_components(config),
       assemble=functools.partial(
           batch_lib.assemble_batch, model_config=model_config,

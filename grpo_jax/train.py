@@ -47,6 +47,7 @@ from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
+from grpo_jax import faults
 from grpo_jax import measures
 from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
@@ -272,7 +273,8 @@ def make_update_fn(*, model_config: models.ModelConfig,
         microbatch_size=microbatch_size, frozen=frozen)
     grad_norm = optax.global_norm(grads)
     empty = jnp.sum(batch.completion_mask) == 0
-    apply = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & ~empty
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    apply = finite & ~empty
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     states = dict(state.states, objective=objective.update(
         state.states["objective"], records))
@@ -289,6 +291,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
         # The rate this update used (inject_hyperparams keeps it in state).
         learning_rate=measures.Mean.scalar(optim.current_learning_rate(opt_state)),
         skipped_updates=count(~apply), empty_minibatches=count(empty),
+        nonfinite_updates=count(~finite & ~empty),
         optimizer_steps=count(jnp.ones((), bool)),
         **state_measures("objective", new_state.states["objective"]))
     return new_state, records
@@ -331,6 +334,11 @@ class Loop(NamedTuple):
   tensorboard: bool
   plot: bool
   eval_every: int = 0  # steps between held-out evaluations; 0 = none
+  # `faults.check_health`'s limits; 0 = never stop.
+  max_nonfinite_updates: int = 10
+  max_failing_steps: int = 3
+  reward_names: tuple = ()  # the verifiers'
+  on_corrupt: str = "error"  # `checkpoint.ON_CORRUPT`
 
 
 class Run(NamedTuple):
@@ -437,7 +445,11 @@ def build(config) -> Run:
       checkpoint_every=config.checkpoint.every,
       max_to_keep=config.checkpoint.max_to_keep,
       tensorboard=config.metrics.tensorboard, plot=config.metrics.plot,
-      eval_every=config.eval.every)
+      eval_every=config.eval.every,
+      max_nonfinite_updates=config.train.max_nonfinite_updates,
+      max_failing_steps=config.rewards.max_failing_steps,
+      reward_names=tuple(config.rewards.functions),
+      on_corrupt=config.checkpoint.on_corrupt)
   evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, frozen,
              update_fn, rollout_fn, mesh, loop, evaluate_fn)
@@ -507,9 +519,12 @@ def train_step(run: Run, state: TrainState, step: int):
     for minibatch in minibatches(batch, loop.num_minibatches):
       state, r = run.update_fn(state, minibatch)
       records.append(r)
+  records = jax.device_get(records)
   measurements.update(
       (name, float(value)) for name, value in
-      measures.values(measures.merge_all(jax.device_get(records))).items())
+      measures.values(measures.merge_all(records)).items())
+  measurements["nonfinite_updates/trailing"] = float(
+      faults.trailing_nonfinite(records))
   jax.block_until_ready(state.params)
   t2 = time.perf_counter()
   # Placed like the old count: replicated over the mesh, so that every
@@ -547,6 +562,14 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   figures (`evaluation.from_config`) join the record of every
   ``eval.every``-th step and of the last, as ``eval/<name>``.
 
+  Faults (`faults`, `checkpoint`): the workdir is probed for writing before
+  the model loads. SIGTERM or a first SIGINT ends the run after the current
+  step with a checkpoint (the returned state's step then falls short of
+  ``num_steps``); an unreadable newest checkpoint is an error unless
+  ``checkpoint.on_corrupt="previous"``; too many non-finite updates in a row
+  or a reward failing every step stop the run with an error, and a periodic
+  checkpoint waits for a finite update, so the newest one is a good one.
+
   On several processes every process calls `train` with the same config
   and workdir (storage all of them see): all take part in each step and
   in each orbax save, and only process 0 writes metrics, TensorBoard and
@@ -562,39 +585,66 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   Returns:
     The final TrainState.
   """
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  checkpoint_lib.check_writable(ckpt_dir)
   run = run or build(config)
   loop = run.loop
-  os.makedirs(workdir, exist_ok=True)
-  checkpointer = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints"), max_to_keep=loop.max_to_keep)
+  checkpoint_lib.check_writable(ckpt_dir, needed_bytes=_tree_bytes(run.state))
+  checkpointer = checkpoint_lib.Checkpointer(ckpt_dir,
+                                             max_to_keep=loop.max_to_keep)
   # A copy: update_fn donates the state's buffers, and run.state must stay
   # usable (tests reuse one `run` for several trainings).
   state = jax.tree.map(jnp.copy, run.state)
-  start = checkpointer.latest_step() or 0
-  if start:
-    state, _ = checkpointer.restore(state, start)
+  start, health = 0, faults.Health()
+  try:
+    restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt)
+  except BaseException:
+    checkpointer.close()
+    raise
+  if restored is not None:
+    start, state, saved = restored
+    health = faults.Health.from_json(saved.get("health"))
     logging.info("resuming from the checkpoint of step %d in %s", start,
                  workdir)
   writer = None
   if sharding.is_main_process():
     writer = metrics_lib.MetricsWriter(
         workdir, start_step=start, tensorboard=loop.tensorboard)
-  metadata = {"config": run.config.to_json_best_effort()}
+  config_json = run.config.to_json_best_effort()
+  save_due = False
   try:
-    for step in range(start, loop.num_steps):
-      state, measurements = train_step(run, state, step)
-      if run.evaluate_fn is not None and (
-          (step + 1) % loop.eval_every == 0 or step + 1 == loop.num_steps):
-        measurements.update(evaluate_step(run, state))
-      if writer is not None:
-        record = writer.write(step, measurements)
-      else:
-        record = metrics_lib.to_record(step, measurements)
-      if callback is not None:
-        callback(step, record)
-      done = step + 1
-      if done % loop.checkpoint_every == 0 or done == loop.num_steps:
-        checkpointer.save(done, state, metadata)
+    with faults.StopSignals() as signals:
+      for step in range(start, loop.num_steps):
+        state, measurements = train_step(run, state, step)
+        if run.evaluate_fn is not None and (
+            (step + 1) % loop.eval_every == 0 or step + 1 == loop.num_steps):
+          measurements.update(evaluate_step(run, state))
+        if writer is not None:
+          record = writer.write(step, measurements)
+        else:
+          record = metrics_lib.to_record(step, measurements)
+        if callback is not None:
+          callback(step, record)
+        health = faults.check_health(
+            health, step, measurements, reward_names=loop.reward_names,
+            max_nonfinite_updates=loop.max_nonfinite_updates,
+            max_failing_steps=loop.max_failing_steps)
+        done = step + 1
+        stop = signals.requested(done)
+        save_due |= done % loop.checkpoint_every == 0
+        # While updates are non-finite the periodic save waits, so that the
+        # newest checkpoint holds a finite update's state.
+        if (save_due and not health.nonfinite_streak) or stop or (
+            done == loop.num_steps):
+          checkpointer.save(done, state, {"config": config_json,
+                                          "health": health.to_json()})
+          save_due = False
+        if stop and done < loop.num_steps:
+          logging.warning(
+              "stopped by %s after step %d of %d; checkpoint %d saved in %s. "
+              "Rerun the same command to resume.", stop, done,
+              loop.num_steps, done, ckpt_dir)
+          break
   finally:
     if writer is not None:
       writer.close()
@@ -603,6 +653,10 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
     metrics_lib.plot(metrics_lib.read(writer.path),
                      os.path.join(workdir, metrics_lib.PLOT_FILE))
   return state
+
+
+def _tree_bytes(tree) -> int:
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
 def restore_metadata(workdir: str, *, step=None) -> tuple:

@@ -160,6 +160,7 @@ def test_export_command_writes_a_trained_tiny_run(tmp_path):
 
 
 @pytest.mark.real_model
+@pytest.mark.slow  # CI time; run with -m slow
 def test_trained_smollm2_exports_with_our_logits(tmp_path):
   config = config_lib.get_base_config()
   config.rollout.num_prompts = 1

@@ -8,6 +8,7 @@ gloo (JAX's CPU default), two simulated devices each, one global mesh of 4.
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def free_port() -> int:
 def test_two_processes_train_the_same_params(tmp_path):
   """Two processes x 2 CPU devices, FSDP over all 4: both finish with the
   same params and the same (global) measurements; process 0 alone opens
-  a metrics writer; orbax saves every step."""
+  a metrics writer; orbax saves every step. Process 1 alone is sent
+  SIGTERM in step 1 of 3: both stop after step 2 with its checkpoint."""
   port = free_port()
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=2")
@@ -131,6 +133,7 @@ def test_two_processes_train_the_same_params(tmp_path):
       for r in results for record in r["records"]]
   assert global_figures[:NUM_STEPS] == global_figures[NUM_STEPS:]
   assert [r["step"] for r in results[0]["records"]] == list(range(NUM_STEPS))
+  assert [r["final_step"] for r in results] == [NUM_STEPS, NUM_STEPS]
   assert all(r["advantage/abs_mean"] > 0.1 for r in results[0]["records"])
 
   params = [np.load(tmp_path / f"params_{i}.npz") for i in range(2)]
@@ -165,12 +168,17 @@ def worker_main(process_id: int, port: int, workdir: str) -> None:
 
   config = tiny_config()
   config.mesh.shape = (1, -1, 1)  # FSDP over the 4 devices of 2 processes
+  config.train.num_steps = NUM_STEPS + 1  # a preemption ends it early
   run = train.build(config)
   initial_leaf = multihost_utils.process_allgather(
       jax.tree.leaves(run.state.params)[0], tiled=True)
   records = []
-  state = train.train(config, workdir, run=run,
-                      callback=lambda step, record: records.append(record))
+
+  def callback(step, record):
+    records.append(record)
+    if process_id == 1 and step == NUM_STEPS - 1:
+      os.kill(os.getpid(), signal.SIGTERM)
+  state = train.train(config, workdir, run=run, callback=callback)
   params = multihost_utils.process_allgather(state.params, tiled=True)
   np.savez(os.path.join(workdir, f"params_{process_id}.npz"),
            *jax.tree.leaves(params))
@@ -183,6 +191,7 @@ def worker_main(process_id: int, port: int, workdir: str) -> None:
   result = {"process_count": jax.process_count(),
             "device_count": jax.device_count(), "writers": len(writers),
             "blocks": blocks.tolist(), "records": records,
+            "final_step": int(state.step),
             "split_is_addressable": split.is_fully_addressable,
             "split_to_host": sharding.to_host(split).tolist(),
             "initial_leaf": np.asarray(initial_leaf).tolist()}

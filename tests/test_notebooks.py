@@ -114,6 +114,7 @@ def test_new_variant_notebook_registers_checks_trains_and_restores():
 
 
 @pytest.mark.real_model
+@pytest.mark.slow  # CI time; run with -m slow
 def test_quickstart_notebook_runs():
   notebook = execute("quickstart.ipynb", timeout=600)
   text = stream_text(notebook)

@@ -361,6 +361,7 @@ def run_plan(*flags):
                         timeout=600)
 
 
+@pytest.mark.slow  # CI time; run with -m slow
 def test_cli_plans_the_tiny_config_on_two_devices(tmp_path):
   out = tmp_path / "plan.json"
   result = run_plan("--config=configs/grpo.py:tiny", "--devices=2",

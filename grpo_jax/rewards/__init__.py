@@ -6,10 +6,12 @@ over a batch of N completions,
   fn(prompts: Sequence[str], completions: Sequence[str],
      answers: Sequence[str]) -> list[float]     (N floats)
 
-and `score` runs several of them with weights: a function that raises for
-one completion costs that completion its reward (0), is counted, and never
-stops a run. Shapers (`SHAPERS`) act on token counts, which only the sampler
-knows exactly: `overlong_penalty` (DAPO, arXiv 2503.14476).
+and `score` runs several of them with weights (in training each completion
+in a worker process, `workers`): a function that raises, hangs past its
+timeout or kills its worker on one completion costs that completion its
+reward (0), is counted, and never stops a run. Shapers (`SHAPERS`) act on
+token counts, which only the sampler knows exactly: `overlong_penalty`
+(DAPO, arXiv 2503.14476).
 
 | name          | kind     | value                                               |
 |---------------|----------|-----------------------------------------------------|
@@ -21,7 +23,7 @@ A new one is a function in `verifiers.py` or `shapers.py` under the
 registry's decorator.
 """
 
-from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreResult,
+from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
                                       group_advantages, score)
 from grpo_jax.rewards.shapers import SHAPERS, make_shaper, overlong_penalty
 from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
@@ -29,10 +31,10 @@ from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
                                         format_reward, math_answer)
 
 __all__ = [
-    "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreResult",
-    "VERIFIERS", "accuracy", "answer_is_correct", "format_reward", "get",
-    "group_advantages", "make_shaper", "math_answer", "names",
-    "overlong_penalty", "score"]
+    "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
+    "ScoreResult", "VERIFIERS", "accuracy", "answer_is_correct",
+    "format_reward", "get", "group_advantages", "make_shaper", "math_answer",
+    "names", "overlong_penalty", "score"]
 
 # The reward functions (verifiers) by name.
 names = VERIFIERS.names

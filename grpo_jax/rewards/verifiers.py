@@ -18,6 +18,8 @@ import re
 import threading
 from typing import Callable, Sequence
 
+import numpy as np
+
 from grpo_jax import registry
 
 RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list]
@@ -44,6 +46,17 @@ def check_batch(prompts, completions, answers) -> None:
     raise ValueError(
         f"prompts, completions and answers must have one entry per completion "
         f"(N each); got {len(prompts)}, {len(completions)} and {len(answers)}.")
+
+
+def as_rewards(values, n: int) -> np.ndarray:
+  """A reward function's return value as N finite floats, or a ValueError
+  saying what is wrong."""
+  values = np.asarray(values, dtype=np.float64)
+  if values.shape != (n,):
+    raise ValueError(f"returned shape {values.shape}, expected ({n},)")
+  if not np.all(np.isfinite(values)):
+    raise ValueError("returned a non-finite reward")
+  return values
 
 
 def _is_unevaluated_arithmetic(expression) -> bool:

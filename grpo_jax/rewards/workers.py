@@ -1,0 +1,185 @@
+"""Reward calls in worker processes: a timeout per call, a deadline per batch.
+
+`run` sends each call ``fn([prompt], [completion], [answer])`` to a shared
+`pebble.ProcessPool` as its own task, so a call that hangs or kills its
+worker costs that completion alone: past its timeout pebble kills the
+worker, and a dead worker is replaced. Tasks run in a worker's main thread,
+where math-verify's own (signal-based) timeout works.
+
+The pool starts on first use and serves the whole process (one per worker
+count); `close` stops it, and so does exit. Workers start with "spawn": the
+parent runs JAX, which is multithreaded and must never fork. A worker sets
+JAX to the CPU before any task and initialises no backend of its own. As
+every spawned child does, it re-imports the parent's ``__main__`` script,
+so a script that scores with workers keeps its work under
+``if __name__ == "__main__":``.
+
+A function travels pickled once per `run` (`dumps`) and is cached in the
+worker; a function's side effects (a list it appends to) stay in its worker.
+"""
+
+import atexit
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import cloudpickle
+import pebble
+
+from grpo_jax.rewards.verifiers import as_rewards
+
+
+class Outcome(NamedTuple):
+  """One call's reward, or why it has none (`reward` is then 0)."""
+  reward: float
+  error: str  # "" when the call returned a valid reward
+
+
+_POOLS: Dict[int, pebble.ProcessPool] = {}  # by worker count
+_LOCK = threading.Lock()
+_FUNCTIONS: Dict[bytes, Callable] = {}  # in a worker: payload -> function
+_MAX_CACHED = 32  # a notebook redefines its functions: keep the cache bounded
+
+
+def dumps(fn: Callable) -> bytes:
+  """`fn` pickled for a worker: by reference where a worker can import it (a
+  module-level function, a partial of one), else by value (a function of
+  ``__main__``, a notebook or a test, a lambda, a closure): cloudpickle's
+  rule, which is plain pickle's plus ``__main__`` and local functions."""
+  return cloudpickle.dumps(fn)
+
+
+def _init_worker() -> None:
+  # A reward that uses jax computes on the CPU: the accelerator belongs to
+  # the trainer (a TPU opens in one process only).
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  if "jax" in sys.modules:
+    sys.modules["jax"].config.update("jax_platforms", "cpu")
+
+
+def _call(payload: bytes, args: Tuple[str, str, str]) -> Outcome:
+  """In a worker: one completion's reward. Failures are returned as text,
+  not raised: an exception pickle cannot rebuild would break the pool."""
+  try:
+    fn = _FUNCTIONS.get(payload)
+    if fn is None:
+      if len(_FUNCTIONS) >= _MAX_CACHED:
+        _FUNCTIONS.clear()
+      fn = _FUNCTIONS[payload] = pickle.loads(payload)
+    prompt, completion, answer = args
+    return Outcome(float(as_rewards(fn([prompt], [completion], [answer]),
+                                    1)[0]), "")
+  except BaseException as error:  # pylint: disable=broad-except
+    return Outcome(0.0, repr(error))
+
+
+def pool(workers: int) -> pebble.ProcessPool:
+  """The process's pool of `workers` workers, started on first use (and
+  again after it broke)."""
+  with _LOCK:
+    current = _POOLS.get(workers)
+    if current is None or not current.active:
+      if current is not None:  # broken: stop what is left of it
+        current.stop()
+        current.join()
+      current = _POOLS[workers] = pebble.ProcessPool(
+          max_workers=workers, initializer=_init_worker,
+          context=multiprocessing.get_context("spawn"))
+    return current
+
+
+def close() -> None:
+  """Stops every pool and its workers; a later `run` starts a new one."""
+  with _LOCK:
+    pools = list(_POOLS.values())
+    _POOLS.clear()
+  for p in pools:
+    p.stop()
+    p.join()
+
+
+atexit.register(close)
+
+
+def _outcome(future, timeout_s: float) -> Outcome:
+  try:
+    return future.result()
+  except concurrent.futures.TimeoutError:
+    return Outcome(0.0, f"timed out after {timeout_s:g} s")
+  except pebble.ProcessExpired as error:
+    return Outcome(0.0, f"worker died (exit code {error.exitcode})")
+  except Exception as error:  # pylint: disable=broad-except
+    return Outcome(0.0, f"the worker pool failed ({error!r})")
+
+
+def _next_call(queues, costly) -> Optional[int]:
+  """The first call not started, of a function in `costly` only when no
+  other is left; None when none is left."""
+  heads = [(p in costly, q[0], p) for p, q in queues.items() if q]
+  return queues[min(heads)[2]].popleft() if heads else None
+
+
+def run(calls: Sequence[Tuple[bytes, Tuple[str, str, str]]], *, workers: int,
+        timeout_s: float, deadline_s: float) -> List[Outcome]:
+  """Each (payload from `dumps`, (prompt, completion, answer)) as one task.
+
+  A task running longer than `timeout_s` is killed with its worker. When
+  `deadline_s` has passed since the start, every unfinished task is
+  cancelled (a running one killed with its worker) and fails. Tasks start in
+  order, except that once a function's task has cost a worker (timed out or
+  died) its remaining tasks wait until the others' have started, so that one
+  hanging function cannot use up the deadline of the rest. At most
+  `workers` tasks are handed to the pool at a time: a task pebble holds
+  cannot be withdrawn without killing the worker that takes it.
+
+  Args:
+    calls: the tasks; calls of one function share one payload.
+    workers: the pool's worker count (> 0).
+    timeout_s: per task, from when a worker takes it.
+    deadline_s: for all of `calls`.
+
+  Returns:
+    One `Outcome` per call, in order.
+  """
+  end = time.monotonic() + deadline_s
+  outcomes: List[Outcome] = [None] * len(calls)
+  queues = {}  # payload -> the indices of its calls not yet started
+  for i, (payload, _) in enumerate(calls):
+    queues.setdefault(payload, collections.deque()).append(i)
+  costly = set()  # payloads of which a call cost a worker
+  running = {}  # future -> call index
+  while True:
+    while len(running) < workers and time.monotonic() < end:
+      i = _next_call(queues, costly)
+      if i is None:
+        break
+      try:
+        running[pool(workers).schedule(_call, args=calls[i],
+                                       timeout=timeout_s)] = i
+      except RuntimeError as error:  # the pool broke; the next run restarts it
+        outcomes[i] = Outcome(0.0, f"the worker pool failed ({error!r})")
+    if not running:
+      break
+    done, _ = concurrent.futures.wait(
+        running, timeout=max(end - time.monotonic(), 0.0),
+        return_when=concurrent.futures.FIRST_COMPLETED)
+    if not done:
+      break
+    for future in done:
+      i = running.pop(future)
+      outcomes[i] = _outcome(future, timeout_s)
+      if future.exception() is not None:  # raised by the pool, not the call
+        costly.add(calls[i][0])
+  for future, i in running.items():
+    if future.done():  # finished as the deadline passed
+      outcomes[i] = _outcome(future, timeout_s)
+    else:
+      future.cancel()
+  late = Outcome(0.0, f"not finished by the batch's {deadline_s:g} s deadline")
+  return [o or late for o in outcomes]
