@@ -41,6 +41,12 @@ class CorruptCheckpoint(RuntimeError):
   """A checkpoint that exists but cannot be restored."""
 
 
+class StateMismatch(ValueError):
+  """A readable checkpoint of another state than the template's: the config
+  changed since it was written (another number of prompts in a tracker,
+  another model, LoRA on or off)."""
+
+
 def _first_line(error: BaseException) -> str:
   text = str(error).strip().splitlines()
   return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
@@ -72,7 +78,10 @@ class Checkpointer:
     self.directory = (directory if "://" in directory
                       else os.path.abspath(directory))
     self._manager = ocp.CheckpointManager(
-        self.directory, options=options, item_names=(STATE, METADATA))
+        self.directory, options=options,
+        # Handlers named up front, so that metadata reads before any restore.
+        item_handlers={STATE: ocp.StandardCheckpointHandler(),
+                       METADATA: ocp.JsonCheckpointHandler()})
 
   def save(self, step: int, state: Any, metadata: Optional[dict] = None
            ) -> None:
@@ -93,13 +102,17 @@ class Checkpointer:
           force=True)
       self._manager.wait_until_finished()
     except Exception as error:  # pylint: disable=broad-except
-      steps = [s for s in self.all_steps() if s != int(step)]
-      kept = (f"checkpoint {steps[-1]} is intact and stays the newest"
-              if steps else "there is no earlier checkpoint")
+      try:
+        steps = [s for s in self.all_steps() if s != int(step)]
+        kept = (f"checkpoint {steps[-1]} is intact and stays the newest"
+                if steps else "there is no earlier checkpoint")
+      except Exception:  # pylint: disable=broad-except
+        kept = "the earlier checkpoints were not touched"
       raise OSError(
           f"saving checkpoint {step} to {self.directory} failed "
-          f"({_first_line(error)}); {kept}. Free space or fix the "
-          "directory's permissions, then rerun the same command.") from error
+          f"({_first_line(error)}); {kept}. A full disk or lost write "
+          "permissions are the usual causes; fix that, then rerun the same "
+          "command to resume.") from error
 
   def all_steps(self) -> list:
     """The steps of every complete checkpoint, oldest first."""
@@ -127,6 +140,13 @@ class Checkpointer:
       step = self.latest_step()
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}.")
+    try:
+      stored = self._manager.item_metadata(int(step))[STATE].tree
+    except Exception as error:  # pylint: disable=broad-except
+      raise CorruptCheckpoint(
+          f"checkpoint {step} in {self.directory} cannot be restored: "
+          f"{_first_line(error)}") from error
+    self._check_same_state(step, stored, template)
     abstract = jax.tree.map(_abstract, template)
     try:
       restored = self._manager.restore(
@@ -141,36 +161,69 @@ class Checkpointer:
           f"{_first_line(error)}") from error
     return restored[STATE], dict(restored[METADATA])
 
+  def _check_same_state(self, step: int, stored, template) -> None:
+    """Raises StateMismatch naming the first array whose path or shape
+    differs between checkpoint `step` (orbax's metadata) and `template`."""
+    want, have = _leaf_shapes(template), _leaf_shapes(stored)
+    problem = None
+    for path in sorted(set(want) | set(have)):
+      if path not in have:
+        problem = f"has no {path} (this config's is {want[path]})"
+      elif path not in want:
+        problem = f"holds {path} {have[path]}, which this config lacks"
+      elif tuple(want[path]) != tuple(have[path]):
+        problem = (f"holds {path} of shape {tuple(have[path])}; this config "
+                   f"makes it {tuple(want[path])}")
+      if problem:
+        raise StateMismatch(
+            f"checkpoint {step} in {self.directory} {problem}: the config "
+            "changed since the checkpoint was written. Resume with the "
+            "config it saved (experiments.evaluate and train.restore_config "
+            "read it), or train in a new --workdir.")
+
   def restore_newest(self, template: Any, *, on_corrupt: str = "error"
                      ) -> Optional[tuple]:
     """(step, state, metadata) of the newest checkpoint, or None if none.
 
-    A newest checkpoint that cannot be restored is an error naming it and
-    the newest one that can; with ``on_corrupt="previous"`` the unreadable
-    ones newer than that are moved to ``<directory>.corrupt/`` (on process
-    0) with a warning, and that one is restored. When none can be restored
-    (a changed config reads every checkpoint wrongly) nothing is moved.
+    A newest checkpoint that cannot be restored (twice: a passing storage
+    error is not corruption) is an error naming it and the newest one that
+    can; with ``on_corrupt="previous"`` the unreadable ones newer than that
+    are moved to ``<directory>.corrupt/`` (on process 0) with a warning,
+    and that one is restored. When none can be restored nothing is moved.
+    On several processes a checkpoint counts as readable only if every
+    process read it, so all resume from the same one.
 
     Raises:
       CorruptCheckpoint: as above.
+      StateMismatch: a readable checkpoint of another config's state.
     """
     if on_corrupt not in ON_CORRUPT:
       raise ValueError(f"on_corrupt={on_corrupt!r}; choose one of "
                        f"{', '.join(ON_CORRUPT)}.")
     unreadable = []  # (step, error), newest first
     for step in reversed(self.all_steps()):
-      try:
-        state, metadata = self.restore(template, step)
-      except CorruptCheckpoint as error:
-        unreadable.append((step, error))
+      restored, error = None, None
+      for _ in range(2):
+        try:
+          restored = self.restore(template, step)
+          break
+        except CorruptCheckpoint as e:
+          error = e
+      if not _everyone(restored is not None):
+        unreadable.append((step, error or CorruptCheckpoint(
+            f"checkpoint {step} in {self.directory} cannot be restored on "
+            "another process")))
         continue
+      state, metadata = restored
       if unreadable and on_corrupt == "error":
-        newest, error = unreadable[0]
+        bad = ", ".join(str(s) for s, _ in unreadable)
         raise CorruptCheckpoint(
-            f"{error}. The newest readable checkpoint is {step}. To resume "
-            "from it, rerun with --config.checkpoint.on_corrupt=previous "
-            f"(checkpoint {newest} is then moved to "
-            f"{self.directory}{CORRUPT_SUFFIX}/, not deleted).") from error
+            f"{unreadable[0][1]}. The newest readable checkpoint is {step}. "
+            "To resume from it, rerun with "
+            "--config.checkpoint.on_corrupt=previous (the unreadable "
+            f"checkpoint(s) {bad} are then moved to "
+            f"{self.directory}{CORRUPT_SUFFIX}/, not deleted)."
+        ) from unreadable[0][1]
       for bad, error in unreadable:
         moved = self.move_aside(bad)
         logging.warning("%s; moved it to %s and resuming from checkpoint %d.",
@@ -218,6 +271,29 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def _everyone(flag: bool) -> bool:
+  """Whether `flag` holds on every process (an all-gather; every process
+  must call it together)."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return bool(np.all(multihost_utils.process_allgather(
+      np.asarray([flag], np.int32))))
+
+
+def _leaf_shapes(tree) -> dict:
+  """"opt_state/1/mu/w" -> shape for every array of a state, or of orbax's
+  metadata of one (whose nodes are dicts where the state's are tuples)."""
+  def name(key):
+    for attr in ("name", "key", "idx"):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+  return {"/".join(map(name, path)): leaf.shape
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def check_writable(directory: str, *, needed_bytes: int = 0) -> None:

@@ -255,10 +255,12 @@ def _positive(c, field, *, allow_zero=False):
     _fail(field, f"{value!r} is not {bound}", f"set a value {bound}")
 
 
-def _check_paths(c) -> None:
-  """Every file the config names exists and is readable: the JSONL data,
-  and a model name that reads as a local path (not an embedded name or a
-  hub id, which `models.load` resolves and reports itself)."""
+def check_files(c) -> None:
+  """Raises ValueError naming the field unless every file a training run
+  reads exists and is readable: the JSONL data, and a model name that reads
+  as a local path (an embedded name or a hub id `models.load` resolves and
+  reports itself). `train.build` calls it; `validate` does not, so a config
+  restored on another machine can still be planned or evaluated."""
   if c.data.task == "jsonl":
     path = os.path.expanduser(c.data.path)
     if not os.path.isfile(path):
@@ -269,8 +271,9 @@ def _check_paths(c) -> None:
       _fail("data.path", f"{c.data.path!r} is not readable",
             "fix its permissions")
   name = c.model.name
-  looks_local = (name.startswith((".", "/", "~")) or os.sep in name
-                 and name.count("/") != 1) or name.endswith(".gguf")
+  # "org/name" (one slash) is a hub id; "runs/x/export" and "./x" are paths.
+  looks_local = (name.startswith((".", "/", "~")) or name.endswith(".gguf")
+                 or name.count("/") > 1)
   if looks_local and not os.path.exists(os.path.expanduser(name)):
     _fail("model.name", f"{name!r} reads as a local path and does not exist",
           "give an existing checkpoint directory or .gguf file, "
@@ -306,7 +309,6 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if c.data.task == "jsonl" and not c.data.path:
     _fail("data.path", "is empty but data.task='jsonl'",
           "set --config.data.path=/path/to/file.jsonl")
-  _check_paths(c)
   if c.data.task == "arithmetic":
     _positive(c, "data.digits")
     if c.data.operands < 2:

@@ -404,6 +404,7 @@ def build(config) -> Run:
   even after the hub's branch moves on.
   """
   config_lib.validate(config)
+  config_lib.check_files(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
   model_config, params, frozen, tokenizer = load_policy(config)
   config = pin_hub_revision(config)
@@ -586,65 +587,79 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
     The final TrainState.
   """
   ckpt_dir = os.path.join(workdir, "checkpoints")
+  if run is None:
+    config_lib.validate(config)  # before the probe makes the workdir
   checkpoint_lib.check_writable(ckpt_dir)
-  run = run or build(config)
+  # From the start: a preemption while the model loads ends the run too.
+  with faults.StopSignals() as signals:
+    run = run or build(config)
+    checkpoint_lib.check_writable(ckpt_dir,
+                                  needed_bytes=_tree_bytes(run.state))
+    return _loop(run, workdir, ckpt_dir, signals, callback)
+
+
+def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
+          callback: Optional[Callable]) -> TrainState:
+  """`train`'s resume, steps and saves, under `signals`."""
   loop = run.loop
-  checkpoint_lib.check_writable(ckpt_dir, needed_bytes=_tree_bytes(run.state))
   checkpointer = checkpoint_lib.Checkpointer(ckpt_dir,
                                              max_to_keep=loop.max_to_keep)
-  # A copy: update_fn donates the state's buffers, and run.state must stay
-  # usable (tests reuse one `run` for several trainings).
-  state = jax.tree.map(jnp.copy, run.state)
-  start, health = 0, faults.Health()
-  try:
-    restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt)
-  except BaseException:
-    checkpointer.close()
-    raise
-  if restored is not None:
-    start, state, saved = restored
-    health = faults.Health.from_json(saved.get("health"))
-    logging.info("resuming from the checkpoint of step %d in %s", start,
-                 workdir)
   writer = None
-  if sharding.is_main_process():
-    writer = metrics_lib.MetricsWriter(
-        workdir, start_step=start, tensorboard=loop.tensorboard)
-  config_json = run.config.to_json_best_effort()
-  save_due = False
   try:
-    with faults.StopSignals() as signals:
-      for step in range(start, loop.num_steps):
-        state, measurements = train_step(run, state, step)
-        if run.evaluate_fn is not None and (
-            (step + 1) % loop.eval_every == 0 or step + 1 == loop.num_steps):
-          measurements.update(evaluate_step(run, state))
-        if writer is not None:
-          record = writer.write(step, measurements)
-        else:
-          record = metrics_lib.to_record(step, measurements)
-        if callback is not None:
-          callback(step, record)
-        health = faults.check_health(
-            health, step, measurements, reward_names=loop.reward_names,
-            max_nonfinite_updates=loop.max_nonfinite_updates,
-            max_failing_steps=loop.max_failing_steps)
-        done = step + 1
-        stop = signals.requested(done)
-        save_due |= done % loop.checkpoint_every == 0
-        # While updates are non-finite the periodic save waits, so that the
-        # newest checkpoint holds a finite update's state.
-        if (save_due and not health.nonfinite_streak) or stop or (
-            done == loop.num_steps):
-          checkpointer.save(done, state, {"config": config_json,
-                                          "health": health.to_json()})
-          save_due = False
-        if stop and done < loop.num_steps:
-          logging.warning(
-              "stopped by %s after step %d of %d; checkpoint %d saved in %s. "
-              "Rerun the same command to resume.", stop, done,
-              loop.num_steps, done, ckpt_dir)
-          break
+    # A copy: update_fn donates the state's buffers, and run.state must
+    # stay usable (tests reuse one `run` for several trainings).
+    state = jax.tree.map(jnp.copy, run.state)
+    start, health = 0, faults.Health()
+    restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt)
+    if restored is not None:
+      start, state, saved = restored
+      health = faults.Health.from_json(saved.get("health"))
+      logging.info("resuming from the checkpoint of step %d in %s", start,
+                   workdir)
+    stop = signals.requested(start)
+    if stop:
+      logging.warning("stopped by %s before step %d; nothing was lost.",
+                      stop, start)
+      return state
+    if sharding.is_main_process():
+      writer = metrics_lib.MetricsWriter(
+          workdir, start_step=start, tensorboard=loop.tensorboard)
+    config_json = run.config.to_json_best_effort()
+    save_due = False
+    for step in range(start, loop.num_steps):
+      state, measurements = train_step(run, state, step)
+      if run.evaluate_fn is not None and (
+          (step + 1) % loop.eval_every == 0 or step + 1 == loop.num_steps):
+        measurements.update(evaluate_step(run, state))
+      if writer is not None:
+        record = writer.write(step, measurements)
+      else:
+        record = metrics_lib.to_record(step, measurements)
+      if callback is not None:
+        callback(step, record)
+      health = faults.check_health(
+          health, step, measurements, reward_names=loop.reward_names,
+          max_nonfinite_updates=loop.max_nonfinite_updates,
+          max_failing_steps=loop.max_failing_steps)
+      done = step + 1
+      stop = signals.requested(done)
+      save_due |= done % loop.checkpoint_every == 0
+      # A step whose every update was non-finite may be the start of a storm
+      # that stops the run: its periodic save waits for a finite update, so
+      # that the newest checkpoint is from before the storm.
+      stalled = bool(loop.max_nonfinite_updates and health.nonfinite_streak
+                     and health.last_finite_step != step)
+      if (save_due and not stalled) or stop or done == loop.num_steps:
+        checkpointer.save(done, state, {"config": config_json,
+                                        "health": health.to_json()})
+        save_due = False
+        stop = stop or signals.requested(done)  # one that came during the save
+      if stop and done < loop.num_steps:
+        logging.warning(
+            "stopped by %s after step %d of %d; checkpoint %d saved in %s. "
+            "Rerun the same command to resume.", stop, done, loop.num_steps,
+            done, ckpt_dir)
+        break
   finally:
     if writer is not None:
       writer.close()

@@ -3,7 +3,7 @@
 Preemption (SIGTERM, SIGINT), an unreadable checkpoint, an unwritable or
 full disk, a storm of non-finite updates, a reward that fails every step,
 and config paths that do not exist. The two-process preemption check is in
-tests/test_multihost.py, the reward deadlines in tests/test_rewards.py.
+tests/test_multihost.py, the reward deadlines in tests/test_reward_workers.py.
 """
 
 import os
@@ -105,15 +105,46 @@ def test_a_signal_mid_run_saves_stops_and_the_rerun_matches(
 
 
 def test_a_second_sigint_stops_at_once(run, tmp_path):
+  survived_the_first = []
+
   def twice_in_step_2(step, record):
     del record
     if step == 2:
       os.kill(os.getpid(), signal.SIGINT)
+      survived_the_first.append(True)
       os.kill(os.getpid(), signal.SIGINT)
 
   with pytest.raises(KeyboardInterrupt):
     train.train(run.config, str(tmp_path), run=run, callback=twice_in_step_2)
+  assert survived_the_first == [True]
   assert latest(tmp_path) == 2  # no checkpoint for step 3
+
+
+def test_a_sigterm_while_the_model_loads_ends_the_run_before_a_step(
+    run, tmp_path, monkeypatch, caplog):
+  def build_then_preempted(config):
+    del config
+    os.kill(os.getpid(), signal.SIGTERM)
+    return run
+  monkeypatch.setattr(train, "build", build_then_preempted)
+  state = train.train(run.config, str(tmp_path))
+  assert int(state.step) == 0 and latest(tmp_path) is None
+  assert "stopped by SIGTERM before step 0" in caplog.text
+  assert not (tmp_path / metrics.METRICS_FILE).exists()
+
+
+def test_a_sigterm_during_a_save_stops_after_it(run, tmp_path, monkeypatch):
+  real_save = checkpoint.Checkpointer.save
+
+  def preempted_while_saving_2(self, step, *args, **kwargs):
+    real_save(self, step, *args, **kwargs)
+    if step == 2:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  monkeypatch.setattr(checkpoint.Checkpointer, "save",
+                      preempted_while_saving_2)
+  state = train.train(run.config, str(tmp_path), run=run)
+  assert int(state.step) == 2 and latest(tmp_path) == 2  # no extra step
 
 
 def cli(workdir, cache_dir, num_steps):
@@ -133,13 +164,16 @@ def cli(workdir, cache_dir, num_steps):
 def wait_for(process, condition, what):
   deadline = time.time() + 600
   while time.time() < deadline and process.poll() is None and not condition():
-    time.sleep(0.02)
+    time.sleep(0.002)
   assert process.poll() is None, f"the run ended before {what}"
 
 
-def step_dirs(ckpt_dir):
-  return [d for d in os.listdir(ckpt_dir) if d.isdigit()] if (
-      ckpt_dir.exists()) else []
+def saving(ckpt_dir):
+  """Whether orbax is writing a checkpoint (its temporary directory, renamed
+  to the step's name when the save completes) after a first one exists."""
+  names = os.listdir(ckpt_dir) if ckpt_dir.exists() else []
+  return (any(n.isdigit() for n in names)
+          and any("orbax-checkpoint-tmp" in n for n in names))
 
 
 def test_the_command_survives_sigkill_mid_save_and_sigterm(tmp_path):
@@ -152,8 +186,7 @@ def test_the_command_survives_sigkill_mid_save_and_sigterm(tmp_path):
                                    stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)
   process = start()
-  # The second checkpoint's directory appears while orbax writes it.
-  wait_for(process, lambda: len(step_dirs(ckpt_dir)) >= 2, "SIGKILL")
+  wait_for(process, lambda: saving(ckpt_dir), "SIGKILL")
   process.send_signal(signal.SIGKILL)
   process.communicate()
   killed_at = latest(workdir)
@@ -221,6 +254,22 @@ def test_an_unreadable_newest_checkpoint(run, straight, tmp_path, fault,
   testing.assert_close(resumed, straight[0], rtol=0, atol=0)
 
 
+def test_a_checkpoint_of_another_config_is_a_mismatch_not_corruption(
+    tmp_path):
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  ckpt.save(3, {"tracker": jnp.zeros((4, 2)), "lam": jnp.ones(())})
+  other = {"tracker": jnp.zeros((8, 2)), "lam": jnp.ones(())}
+  with pytest.raises(checkpoint.StateMismatch, match=r"checkpoint 3 in .* "
+                     r"holds tracker of shape \(4, 2\); this config makes it "
+                     r"\(8, 2\)"):
+    ckpt.restore_newest(other, on_corrupt="previous")
+  with pytest.raises(checkpoint.StateMismatch, match="has no extra"):
+    ckpt.restore_newest(dict(other, tracker=jnp.zeros((4, 2)),
+                             extra=jnp.zeros(2)), on_corrupt="previous")
+  assert ckpt.all_steps() == [3]  # nothing moved
+  ckpt.close()
+
+
 def test_no_readable_checkpoint_moves_nothing(run, tmp_path):
   train.train(run.config, str(tmp_path), run=with_loop(run, num_steps=2))
   truncate_data_files(tmp_path / "checkpoints" / "2")
@@ -254,7 +303,10 @@ def test_a_failed_save_keeps_the_previous_checkpoint(run, tmp_path,
   real_save = checkpoint.ocp.CheckpointManager.save
 
   def disk_full_at_step_4(self, step, *args, **kwargs):
-    if step == 4:
+    if step == 4:  # part of the save written, then the disk is full
+      partial = tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-7" / "state"
+      partial.mkdir(parents=True)
+      (partial / "d").write_bytes(b"\0" * 100)
       raise OSError(28, "No space left on device")
     return real_save(self, step, *args, **kwargs)
 
@@ -338,6 +390,8 @@ def test_health_counts_updates_across_steps_and_ignores_empty_ones():
     check(health, 4, step_figures(2, 2))
   # Saved with a checkpoint and read back.
   assert faults.Health.from_json(health.to_json()) == health
+  failing = faults.Health(0, 3, (("format", 1), ("judge", 2)))
+  assert faults.Health.from_json(failing.to_json()) == failing
   assert faults.Health.from_json(None) == faults.Health()
 
 
@@ -392,14 +446,16 @@ def test_a_reward_failing_every_step_warns_then_stops_the_run(tmp_path,
 ])
 def test_a_missing_file_is_an_error_naming_its_field(tmp_path, field, value,
                                                      match):
+  """`train.build` checks the files (`check_files`) before it loads any."""
   config = tiny_config()
   if field == "data.path":
     config.data.task = "jsonl"
     config.data.path = str(tmp_path) if value == "DIR" else value
   else:
     config.model.name = value
+  config_lib.validate(config)  # planning or evaluating needs no files
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    config_lib.check_files(config)
 
 
 # ------------------------------------------------------------------ soak

@@ -10,9 +10,11 @@ test that kills workers leaves their replacements starting.
 
 import collections
 import functools
+import importlib.util
 import logging
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -59,6 +61,7 @@ def _warm():
     result = _score({"pid": pid}, ["x"] * WORKERS)
     if len(set(result.per_function[:, 0].tolist())) == WORKERS:
       return
+  pytest.fail(f"the {WORKERS} workers did not all answer in 100 tries")
 
 
 def test_a_hanging_completion_costs_only_its_own_reward():
@@ -91,6 +94,33 @@ def test_a_completion_that_kills_its_worker_costs_only_itself(kill):
   testing.assert_close(again.per_function[:, 0],
                        np.array([1, 2, 3], np.float32))
   assert again.num_errors == {"die": 0}
+
+
+def test_a_sigterm_from_outside_the_pool_does_not_stop_a_worker():
+  # What a job-wide preemption notice (Slurm's scancel, a spot VM's
+  # shutdown) does to every process; the trainer finishes its step.
+  _warm()
+  fn = _length_reward("TERM", lambda: os.kill(os.getpid(), signal.SIGTERM))
+  result = _score({"term": fn}, ["a", "TERM", "ccc"])
+  testing.assert_close(result.per_function[:, 0],
+                       np.array([1, 4, 3], np.float32))
+  assert result.num_errors == {"term": 0}
+
+
+def test_a_function_from_a_config_file_runs_in_a_worker(tmp_path,
+                                                         monkeypatch):
+  # ml_collections loads --config=my_run.py as a module named "config",
+  # which a worker cannot import by that name.
+  path = tmp_path / "my_run.py"
+  path.write_text("def length(prompts, completions, answers):\n"
+                  "  return [2.0 * len(c) for c in completions]\n")
+  spec = importlib.util.spec_from_file_location("config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  monkeypatch.setitem(sys.modules, "config", module)
+  result = _score({"length": module.length}, ["a", "bb"])
+  assert result.num_errors == {"length": 0}, result.first_error
+  testing.assert_close(result.per_function[:, 0], np.array([2, 4], np.float32))
 
 
 def test_the_deadline_cancels_every_unfinished_completion():

@@ -6,7 +6,10 @@ A reward function scores a batch of N completions,
      answers: Sequence[str]) -> list[float]     (N floats)
 
 and registers in `VERIFIERS` under the name a config uses
-(``rewards.functions``).
+(``rewards.functions``). Training scores in worker processes by default
+(``rewards.workers``), one completion per call (N = 1), each under a
+timeout; a function that needs the whole batch at once runs with
+``rewards.workers=0``.
 
 | name          | value                                               |
 |---------------|-----------------------------------------------------|

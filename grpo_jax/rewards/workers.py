@@ -14,16 +14,27 @@ every spawned child does, it re-imports the parent's ``__main__`` script,
 so a script that scores with workers keeps its work under
 ``if __name__ == "__main__":``.
 
-A function travels pickled once per `run` (`dumps`) and is cached in the
-worker; a function's side effects (a list it appends to) stay in its worker.
+A function is pickled once per `run` (`dumps`); the bytes go with each of
+its tasks and the worker keeps the unpickled function by them. Its side
+effects (a list it appends to) stay in its worker. Each call scores one
+completion: a reward that needs the whole batch at once (a diversity
+bonus, one batched judge request) runs in the training process
+(``rewards.workers=0``).
+
+A worker leaves on SIGTERM from the pool alone (a timeout, `close`): a
+preemption notice sent to every process of a job must not cost the
+trainer's last step the rewards its workers were computing.
 """
 
 import atexit
 import collections
 import concurrent.futures
+import functools
+import importlib.machinery
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -47,12 +58,40 @@ _FUNCTIONS: Dict[bytes, Callable] = {}  # in a worker: payload -> function
 _MAX_CACHED = 32  # a notebook redefines its functions: keep the cache bounded
 
 
+def _importable(module_name: str) -> bool:
+  """Whether a fresh process imports `module_name` as the module loaded here
+  (not so for a config file ml_collections loaded as ``config``): the file
+  a search of the import path finds, bypassing ``sys.modules``."""
+  file = getattr(sys.modules.get(module_name), "__file__", None)
+  if file is None:  # built in
+    return True
+  parent = module_name.rpartition(".")[0]
+  try:
+    spec = importlib.machinery.PathFinder.find_spec(
+        module_name,
+        getattr(sys.modules.get(parent), "__path__", None) if parent else None)
+  except (ImportError, ValueError):
+    return False
+  return spec is not None and spec.origin == file
+
+
 def dumps(fn: Callable) -> bytes:
   """`fn` pickled for a worker: by reference where a worker can import it (a
   module-level function, a partial of one), else by value (a function of
-  ``__main__``, a notebook or a test, a lambda, a closure): cloudpickle's
-  rule, which is plain pickle's plus ``__main__`` and local functions."""
+  ``__main__``, a notebook, a test or a config file, a lambda, a closure)."""
+  inner = fn
+  while isinstance(inner, functools.partial):
+    inner = inner.func
+  name = getattr(inner, "__module__", None)
+  if name and name != "__main__" and not _importable(name):
+    cloudpickle.register_pickle_by_value(sys.modules[name])
   return cloudpickle.dumps(fn)
+
+
+def _exit_on_sigterm_from(parent: int) -> None:
+  while True:
+    if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+      os._exit(signal.SIGTERM)
 
 
 def _init_worker() -> None:
@@ -61,6 +100,11 @@ def _init_worker() -> None:
   os.environ["JAX_PLATFORMS"] = "cpu"
   if "jax" in sys.modules:
     sys.modules["jax"].config.update("jax_platforms", "cpu")
+  # SIGTERM waits, blocked, for a thread that ends the worker only when the
+  # pool (the parent) sent it; a job-wide SIGTERM is the trainer's to act on.
+  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+  threading.Thread(target=_exit_on_sigterm_from, args=(os.getppid(),),
+                   daemon=True).start()
 
 
 def _call(payload: bytes, args: Tuple[str, str, str]) -> Outcome:
@@ -154,6 +198,24 @@ def run(calls: Sequence[Tuple[bytes, Tuple[str, str, str]]], *, workers: int,
     queues.setdefault(payload, collections.deque()).append(i)
   costly = set()  # payloads of which a call cost a worker
   running = {}  # future -> call index
+  try:
+    _drain(calls, outcomes, queues, costly, running, workers=workers,
+           timeout_s=timeout_s, end=end)
+  finally:  # a deadline, or an interrupt: nothing of this call runs on
+    for future, i in running.items():
+      if future.done() and outcomes[i] is None:  # finished at the deadline
+        outcomes[i] = _outcome(future, timeout_s)
+      else:
+        future.cancel()
+  late = Outcome(0.0, f"not finished by the batch's {deadline_s:g} s deadline")
+  return [o or late for o in outcomes]
+
+
+def _drain(calls, outcomes, queues, costly, running, *, workers, timeout_s,
+           end) -> None:
+  """`run`'s loop: keeps `workers` tasks in the pool until none is left or
+  the deadline `end` passes; fills `outcomes`, leaves the unfinished in
+  `running`."""
   while True:
     while len(running) < workers and time.monotonic() < end:
       i = _next_call(queues, costly)
@@ -176,10 +238,3 @@ def run(calls: Sequence[Tuple[bytes, Tuple[str, str, str]]], *, workers: int,
       outcomes[i] = _outcome(future, timeout_s)
       if future.exception() is not None:  # raised by the pool, not the call
         costly.add(calls[i][0])
-  for future, i in running.items():
-    if future.done():  # finished as the deadline passed
-      outcomes[i] = _outcome(future, timeout_s)
-    else:
-      future.cancel()
-  late = Outcome(0.0, f"not finished by the batch's {deadline_s:g} s deadline")
-  return [o or late for o in outcomes]
