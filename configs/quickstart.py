@@ -26,19 +26,5 @@ from grpo_jax import config as config_lib
 
 
 def get_config(arg=None):
-  c = config_lib.get_base_config()
-  c.data.heldout_fraction = 0.5
-  c.data.heldout_size = 40
-  c.data.prompt_buckets = (64, 128)
-  c.rollout.num_prompts = 2
-  c.rollout.num_generations = 4
-  c.rollout.max_new_tokens = 40
-  c.kl.beta = 0.0
-  c.optimizer.learning_rate = 2e-5
-  c.train.num_steps = 40
-  c.checkpoint.every = 10
-  # Two greedy passes over the held-out problems (steps 20 and 40), in one
-  # sampler call of 40 prompts each.
-  c.eval.every = 20
-  c.eval.num_problems = 40
+  c = config_lib.use_quickstart_scale(config_lib.get_base_config())
   return config_lib.finalize(c, arg)

@@ -1,5 +1,6 @@
 """Tests of the training step: accumulation, exact measurements, skipping, KL,
-iterations, and an off-policy learning test for every registered objective."""
+iterations, and an off-policy learning test for every registered objective
+and every stateless advantage estimator."""
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ from grpo_jax import advantages
 from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
+from grpo_jax import groups as groups_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
@@ -420,12 +422,15 @@ def test_on_policy_means_one_optimizer_step_per_batch(iterations, minibatches,
 # ------------------------------------------------------------ learning
 
 
-def learn(objective, *, steps=25, prompts=2, group=8, t=4, lr=5e-2,
-          num_minibatches=2):
+def learn(objective, *, estimator="grpo", weights=(1.0, 0.0), steps=25,
+          prompts=2, group=8, t=4, lr=5e-2, num_minibatches=2):
   """Rewards of a short run where reward = share of TARGET tokens emitted.
 
   Off policy: each batch feeds `num_minibatches` optimiser steps, so every
   step after the first sees ratios away from 1 and the trust region acts.
+  The advantages come from the stateless `estimator` over two reward
+  columns of `weights`: the share of TARGET tokens (the reward recorded)
+  and whether the first token is TARGET.
   """
   config = small_config()
   params = models.init_params(config, jax.random.PRNGKey(0))
@@ -438,14 +443,19 @@ def learn(objective, *, steps=25, prompts=2, group=8, t=4, lr=5e-2,
   prompt_tokens = jnp.array([[1, 2, 3], [3, 2, 1]], jnp.int32)[:prompts]
   prompt_mask = jnp.ones_like(prompt_tokens)
   history, ratio_spread = [], 0.0
+  estimate = advantages.make(estimator).estimate
   for step in range(steps):
     out = sampling.sample(
         state.params, config, prompt_tokens, prompt_mask,
         jax.random.fold_in(state.key, step), num_samples=group,
         max_new_tokens=t, temperature=1.0, eos_ids=(), pad_id=0)
-    reward = (out.tokens == TARGET).mean(axis=-1)
-    history.append(float(reward.mean()))
-    adv = advantages.grpo(reward.reshape(prompts, group)).reshape(-1)
+    target = out.tokens == TARGET
+    history.append(float(target.mean()))
+    columns = jnp.stack([target.mean(-1), target[:, 0]], -1)
+    adv, _ = estimate((), groups_lib.from_rewards(
+        columns.reshape(prompts, group, 2), weights,
+        lengths=out.mask.sum(-1).reshape(prompts, group)))
+    adv = adv.reshape(-1)
     batch = batch_lib.assemble_batch(
         state.params, None, prompt_tokens, prompt_mask, out.tokens, out.mask,
         out.mask, adv, model_config=config, temperature=1.0, chunk_size=16)
@@ -464,6 +474,21 @@ def test_every_objective_learns_a_trivial_task(objective):
   assert start < 0.35, history
   assert end > start + 0.3, history
   assert ratio_spread > 1e-2  # it learned off policy
+
+
+@pytest.mark.parametrize("estimator", [
+    name for name in advantages.names()
+    if advantages.meta(name)["state"] is None])
+def test_every_stateless_estimator_learns_a_trivial_task(estimator):
+  """Both reward columns weigh 1, so DVAO has two to weigh and BNPO two to
+  decompose (each in [0, 1]); stateful estimators learn in
+  tests/test_estimators_stateful.py."""
+  history, ratio_spread = learn("ppo_clip", estimator=estimator,
+                                weights=(1.0, 1.0))
+  start, end = np.mean(history[:3]), np.mean(history[-3:])
+  assert start < 0.35, history
+  assert end > start + 0.3, history
+  assert ratio_spread > 1e-2
 
 
 def test_compilation_cache_keeps_every_program_or_stays_off(monkeypatch,

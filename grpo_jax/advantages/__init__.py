@@ -1,13 +1,21 @@
 """Advantage estimators: group data -> advantages [P, G] (or token-level [N, T]).
 
-| name      | input | advantage                                        | paper            |
-|-----------|-------|--------------------------------------------------|------------------|
-| ``grpo``    | PG  | (R - mean_g R) / (std R + eps)                   | arXiv 2402.03300 |
-| ``dr_grpo`` | PG  | R - mean_g R                                     | arXiv 2503.20783 |
-| ``rloo``    | PG  | R_j - mean_{k!=j} R_k = G/(G-1) (R_j - mean_g R) | arXiv 2402.14740 |
-| ``gdpo``    | PGK | batch-normalised sum_k w_k grpo(R_k)             | arXiv 2601.05242 |
+| name                             | input | advantage                                         | paper            |
+|----------------------------------|-------|---------------------------------------------------|------------------|
+| ``grpo``                         | PG    | (R - mean_g R) / (std R + eps)                    | arXiv 2402.03300 |
+| ``dr_grpo``                      | PG    | R - mean_g R                                      | arXiv 2503.20783 |
+| ``rloo``                         | PG    | R_j - mean_{k!=j} R_k = G/(G-1) (R_j - mean_g R)  | arXiv 2402.14740 |
+| ``gdpo``                         | PGK   | batch-normalised sum_k w_k grpo(R_k)              | arXiv 2601.05242 |
+| ``ebpo``                         | PG    | (R - S mu0 - (1-S) mean_g R) / sigma0, state      | arXiv 2602.05165 |
+| ``avspo``                        | PG    | grpo; virtual rewards in collapsed groups, state  | arXiv 2605.21125 |
+| ``dvao``                         | PGK   | sum_k c_k z_k, c_k = var_g(w_k R_k) / sum_j var_g | arXiv 2605.25604 |
+| ``bnpo``                         | PGK   | (R - p) / Beta_pdf(p), Beta fitted over the batch | arXiv 2506.02864 |
+| ``reinforce_plus_plus``          | PG    | R whitened over the batch's tokens                | arXiv 2501.03262 |
+| ``reinforce_plus_plus_baseline`` | PG    | (R - mean_g R) whitened likewise                  | arXiv 2501.03262 |
+| ``opo``                          | PG    | R - sum_g L_g R_g / sum_g L_g (length-weighted)   | arXiv 2505.23585 |
+| ``pass_at_k``                    | PG    | best member (R_max - R_2nd) / std, others 0       | arXiv 2503.19595 |
 
-The pure functions (`grpo`, `dr_grpo`, `rloo`, `gdpo`, `multi_reward`,
+The pure functions (one per row, named as in it, and `multi_reward`,
 `collapse_rate`) are the public API. A PG estimator sees R = sum_k w_k R_k
 [P, G]; a PGK one the [P, G, K] rewards and the weights.
 
@@ -20,23 +28,40 @@ options once (an unknown one is a ValueError) and
 where filler groups (``groups.valid`` False) get 0 and enter no batch
 statistic. A new estimator is one function in a family file under
 ``@_kit.register(input=..., output=..., paper=..., examples=...)``; the
-contract suite (tests/contracts/test_estimators.py) then runs it.
+contract suite (tests/contracts/test_estimators.py) then runs it. Its
+metadata also says which rewards it takes (``reward_range``,
+``min_reward_columns``): `check_reward_columns` holds a config's reward
+columns to them before any compute.
+
+A stateful estimator (``ebpo``, ``avspo``) declares its state with
+``state=_kit.StateSpec(init=...)``: its function takes the state after the
+rewards and returns ``(advantages, new_state)``, and ``init``'s keyword
+options are options of the estimator too.
 """
 
 import functools
-from typing import Any, Callable, Mapping, NamedTuple, Tuple
+import inspect
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import jax.numpy as jnp
 
 from grpo_jax import groups as groups_lib
 from grpo_jax.advantages import _kit
 from grpo_jax.advantages._kit import ESTIMATORS
-from grpo_jax.advantages.group import SCALES, dr_grpo, grpo, rloo
-from grpo_jax.advantages.multi_reward import (MULTI_REWARD_MODES, gdpo,
+from grpo_jax.advantages.batch_coupled import (bnpo, reinforce_plus_plus,
+                                               reinforce_plus_plus_baseline)
+from grpo_jax.advantages.group import (SCALES, dr_grpo, grpo, opo, pass_at_k,
+                                       rloo)
+from grpo_jax.advantages.multi_reward import (MULTI_REWARD_MODES, dvao, gdpo,
                                               multi_reward)
+from grpo_jax.advantages.stateful import (AVSPOState, EBPOState, avspo,
+                                          ebpo)
 from grpo_jax.groups import GroupData, collapse_rate
 
 __all__ = [
+    "AVSPOState", "EBPOState", "avspo", "ebpo",
+    "bnpo", "check_reward_columns", "dvao", "opo", "pass_at_k",
+    "reinforce_plus_plus", "reinforce_plus_plus_baseline",
     "ESTIMATORS", "Estimator", "GroupData", "MULTI_REWARD_MODES", "SCALES",
     "check_options", "collapse_rate", "dr_grpo", "gdpo", "get", "grpo",
     "make", "meta", "multi_reward", "names", "rloo"]
@@ -52,7 +77,8 @@ class Estimator(NamedTuple):
     name: the registered name.
     input: ``PG`` or ``PGK`` (which rewards it reads; see the module doc).
     output: ``group`` ([P, G] advantages) or ``token`` ([N, T]).
-    init: ``() -> state``; ``()`` for a stateless estimator.
+    init: ``() -> state``; ``()`` for a stateless estimator, a NamedTuple
+      of fixed-shape float32 arrays for a stateful one.
     estimate: ``(state, groups: GroupData) -> (advantages float32, state)``.
   """
   name: str
@@ -85,14 +111,17 @@ _ZERO_FILLERS = {
 def check_options(name: str, options: Mapping[str, Any], *,
                   field: str = "") -> None:
   """ValueError naming the first key of `options` that `name` does not take
-  (the group data it reads, such as ``valid``, is not an option)."""
+  (the group data it reads, such as ``valid``, is not an option; a stateful
+  estimator's state options, those of its ``init``, are)."""
   ESTIMATORS.check_options(name, options, field=field,
+                           extra=_kit.state_options(name),
                            exclude=ESTIMATORS.entry(name).meta["reads"])
 
 
 def meta(name: str, **options) -> dict:
   """`name`'s metadata, option-dependent entries resolved for `options`
-  (``independent_groups`` of ``grpo`` is False for ``scale="batch"``)."""
+  (``independent_groups`` of ``grpo`` is False for ``scale="batch"``);
+  ``state`` is None or the `StateSpec` of a stateful estimator."""
   return {key: value(**options) if callable(value) else value
           for key, value in ESTIMATORS.entry(name).meta.items()}
 
@@ -110,16 +139,93 @@ def make(name: str, **options) -> Estimator:
   """
   entry = ESTIMATORS.entry(name)
   check_options(name, options)
-  fn = functools.partial(entry.fn, **options)
+  fn = functools.partial(entry.fn, **_accepted(entry.fn, options))
+  spec = entry.meta.get("state")
+  if spec is None:
+    init = lambda: ()
+    step = lambda rewards, state, **data: (fn(rewards, **data), state)
+  else:
+    init = functools.partial(spec.init, **_accepted(spec.init, options))
+    step = fn
   inputs = _INPUTS[entry.meta["input"]]
   zero_fillers = _ZERO_FILLERS[entry.meta["output"]]
   reads = entry.meta["reads"]
 
   def estimate(state, groups: GroupData):
-    advantages = fn(inputs(groups),
-                    **{field: getattr(groups, field) for field in reads})
+    advantages, state = step(inputs(groups), state, **{
+        field: getattr(groups, field) for field in reads})
     return zero_fillers(advantages, groups.valid), state
 
   return Estimator(name=name, input=entry.meta["input"],
-                   output=entry.meta["output"], init=lambda: (),
-                   estimate=estimate)
+                   output=entry.meta["output"], init=init, estimate=estimate)
+
+
+def _accepted(fn: Callable, options: Mapping[str, Any]) -> dict:
+  """The entries of `options` that `fn`'s signature names."""
+  names = inspect.signature(fn).parameters
+  return {key: value for key, value in options.items() if key in names}
+
+
+def check_reward_columns(name: str, options: Mapping[str, Any], *,
+                         columns: Sequence[str], weights: Sequence[float],
+                         ranges: Sequence[Optional[Tuple[float, float]]]
+                         ) -> None:
+  """ValueError, before any compute, unless a config's reward columns fit
+  estimator `name` with `options`: the columns of nonzero weight number at
+  least its ``min_reward_columns``, and their declared ranges lie in its
+  ``reward_range`` (each column's, or the weighted sum's, by its
+  ``reward_range_of``). The message names the estimator, what it needs,
+  what the rewards give and the fix.
+
+  Args:
+    name: a registered estimator.
+    options: its options (``advantage.kwargs``).
+    columns: the K reward column names (the functions', then the shapers').
+    weights: [K] their weights.
+    ranges: [K] their declared ``(lo, hi)``; None where a reward declares
+      none.
+  """
+  info = meta(name, **options)
+  used = [(c, w, r) for c, w, r in zip(columns, weights, ranges) if w != 0]
+  if len(used) < info["min_reward_columns"]:
+    raise ValueError(
+        f"advantage estimator {name!r} needs at least "
+        f"{info['min_reward_columns']} reward columns of nonzero weight, "
+        f"but the config gives {len(used)} "
+        f"({', '.join(c for c, _, _ in used) or 'none'}); add a reward "
+        "function (rewards.functions) or a shaper (rewards.shapers)")
+  if info["reward_range"] is None:
+    return
+  lo, hi = info["reward_range"]
+  what, change = _RANGE_OF[info["reward_range_of"]]
+  needs = f"advantage estimator {name!r} needs {what} in [{lo:g}, {hi:g}]"
+  undeclared = [c for c, _, r in used if r is None]
+  if undeclared:
+    raise ValueError(f"{needs}, but reward {undeclared[0]!r} declares no "
+                     "range; declare range=(lo, hi) where it registers")
+  if info["reward_range_of"] == "columns":
+    reached = [(repr(c), r) for c, _, r in used]
+  else:  # each term's ends in order: a negative weight swaps them
+    reached = [(" + ".join(f"{w:g}*{c}" for c, w, _ in used),
+                tuple(sum(ends) for ends in zip(*(
+                    sorted((w * r[0], w * r[1])) for _, w, r in used))))]
+  outside = [f"{label} reaches [{r[0]:g}, {r[1]:g}]" for label, r in reached
+             if not _within(r, (lo, hi))]
+  if not outside:
+    return
+  low, high = (min(r[0] for _, r in reached), max(r[1] for _, r in reached))
+  fix = (f"set --config.advantage.kwargs.r_min={low:g} and r_max={high:g}"
+         if {"r_min", "r_max"} <= set(ESTIMATORS.options(name))
+         else "rescale the rewards")
+  raise ValueError(f"{needs}, but {'; '.join(outside)}; {fix}, or {change}")
+
+
+# What must lie in an estimator's reward_range, and the other fix.
+_RANGE_OF = {"columns": ("each reward column", "drop that reward"),
+             "sum": ("the weighted reward", "change rewards.weights")}
+
+
+def _within(inner: Tuple[float, float], outer: Tuple[float, float]) -> bool:
+  # A relative slack: 1 + 0.1 may round just above an r_max of 1.1.
+  slack = 1e-9 * max(1.0, abs(outer[0]), abs(outer[1]))
+  return inner[0] >= outer[0] - slack and inner[1] <= outer[1] + slack

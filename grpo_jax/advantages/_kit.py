@@ -1,19 +1,38 @@
 """The estimators' shared kit: the registry, input checks, and the centring and
 std helpers that keep a constant group at exactly 0 (never 0/0 = NaN)."""
 
-from typing import Optional, Tuple
+import inspect
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import jax.numpy as jnp
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import registry
 
-ESTIMATORS = registry.Registry("advantage estimator", positional=("rewards",))
+# A stateful estimator takes its state right after the rewards; neither is an
+# option.
+ESTIMATORS = registry.Registry("advantage estimator",
+                               positional=("rewards", "state"))
+
+
+class StateSpec(NamedTuple):
+  """How a stateful estimator's state starts (metadata ``state``).
+
+  Attributes:
+    init: ``init(**options) -> state``, a NamedTuple of fixed-shape float32
+      arrays; its keyword options (a tracker's capacity, say) are options of
+      the estimator too. The estimator's function takes the state after its
+      rewards and returns ``(advantages, new_state)``.
+  """
+  init: Callable
 
 
 def register(*, input: str, output: str, paper: str,  # pylint: disable=redefined-builtin
              constant_group_zero: bool = True, independent_groups=True,
-             reads: Tuple[str, ...] = (), examples=({},)):
+             shift_invariant: bool = True, reads: Tuple[str, ...] = (),
+             state: Optional[StateSpec] = None, reward_range=None,
+             reward_range_of="sum", min_reward_columns: int = 1,
+             examples=({},)):
   """Registers an estimator with the metadata every estimator declares.
 
   Args:
@@ -23,16 +42,42 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
     paper: arXiv id (or a short reference).
     constant_group_zero: a group of equal rewards gets exactly 0.
     independent_groups: a group's advantages depend on its own rewards only;
-      False where a batch statistic couples groups. A bool, or a predicate of
-      the options (``lambda scale="group", **_: scale != "batch"``).
+      False where a batch statistic or a state (earlier batches) couples
+      groups. A bool, or a predicate of the options (``lambda scale="group",
+      **_: scale != "batch"``).
+    shift_invariant: adding a constant to every reward (and, for a stateful
+      estimator, to every reward its state has seen) leaves the advantages
+      unchanged; False where absolute reward values matter.
     reads: `groups.GroupData` fields passed as keyword arguments (``valid``,
       ``weights``, ...); they are not config options.
+    state: None for a stateless estimator; a `StateSpec` for a stateful one.
+    reward_range: None (any reward), or the ``(lo, hi)`` its rewards must lie
+      in, or a function of the options giving it (BNPO's ``r_min`` and
+      ``r_max``). `config.validate` checks it against the reward functions'
+      declared ranges before any compute (`advantages.check_reward_columns`).
+    reward_range_of: what must lie in `reward_range`: ``sum`` (the weighted
+      sum sum_k w_k R_k) or ``columns`` (each column R_k alone); or a
+      function of the options giving one.
+    min_reward_columns: the fewest reward columns of nonzero weight it needs
+      (DVAO weighs two or more against each other).
     examples: keyword options the contract suite runs the estimator with.
   """
   return ESTIMATORS.register(
       examples=examples, input=input, output=output, paper=paper,
       constant_group_zero=constant_group_zero,
-      independent_groups=independent_groups, reads=tuple(reads))
+      independent_groups=independent_groups, shift_invariant=shift_invariant,
+      reads=tuple(reads), state=state, reward_range=reward_range,
+      reward_range_of=reward_range_of, min_reward_columns=min_reward_columns)
+
+
+def state_options(name: str) -> Tuple[str, ...]:
+  """The keyword options of `name`'s state ``init``; () when stateless."""
+  spec = ESTIMATORS.entry(name).meta["state"]
+  if spec is None:
+    return ()
+  params = inspect.signature(spec.init).parameters
+  return tuple(key for key, p in params.items()
+               if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def check_choice(argument: str, value: str, choices: Tuple[str, ...]) -> None:
@@ -66,13 +111,28 @@ def check_ddof(ddof: int, size: int) -> None:
         "std is taken over; use ddof=1 (unbiased) or ddof=0.")
 
 
-def centered(x, axis: Optional[int]) -> jnp.ndarray:
-  """x - mean(x) along `axis`, exactly 0 where x is constant along it."""
-  out = x - x.mean(axis=axis, keepdims=True)
-  # Rounding in the mean can leave a constant group at +-1e-8 instead of 0; the
+def zero_where_constant(x, out, axis: Optional[int] = -1) -> jnp.ndarray:
+  """`out` with exactly 0 where x is constant along `axis`."""
+  # Rounding in a mean can leave a constant group at +-1e-8 instead of 0; the
   # exact comparison sets it to 0, so a signal-free group stays signal-free.
   constant = x.max(axis=axis, keepdims=True) == x.min(axis=axis, keepdims=True)
   return jnp.where(constant, 0.0, out)
+
+
+def centered(x, axis: Optional[int]) -> jnp.ndarray:
+  """x - mean(x) along `axis`, exactly 0 where x is constant along it."""
+  return zero_where_constant(x, x - x.mean(axis=axis, keepdims=True), axis)
+
+
+def check_lengths(lengths, shape: Tuple[int, int]) -> jnp.ndarray:
+  """[P, G] float32 completion lengths in tokens; zeros when None."""
+  if lengths is None:
+    return jnp.zeros(shape, jnp.float32)
+  lengths = jnp.asarray(lengths)
+  if lengths.shape != tuple(shape):
+    raise ValueError(
+        f"lengths must be [P, G] = {tuple(shape)}; got shape {lengths.shape}.")
+  return lengths.astype(jnp.float32)
 
 
 def _safe_sqrt(var) -> jnp.ndarray:

@@ -1,4 +1,5 @@
-"""Group-relative estimators over [P, G] rewards: grpo, dr_grpo, rloo.
+"""Group-relative estimators over [P, G] rewards: grpo, dr_grpo, rloo, opo
+(length-weighted baseline) and pass_at_k (only the best member credited).
 
 Each is pure and jittable, computes in float32 whatever the input dtype, and
 gives exactly 0 for a group whose rewards are all equal (a group of one
@@ -97,3 +98,73 @@ def rloo(rewards) -> jnp.ndarray:
   if group_size == 1:
     return jnp.zeros_like(rewards)
   return _kit.centered(rewards, -1) * (group_size / (group_size - 1))
+
+
+@_kit.register(input="PG", output="group", paper="arXiv 2505.23585",
+               reads=("lengths",))
+def opo(rewards, *, lengths=None) -> jnp.ndarray:
+  """OPO's optimal baseline: A = R - sum_g L_g R_g / sum_g L_g, no std.
+
+  On-Policy RL with Optimal reward baseline (arXiv 2505.23585): for
+  sequence-level rewards the variance-minimising baseline weights each
+  completion by its squared score-function norm, which the paper takes as
+  proportional to its length L in tokens. A group whose lengths sum to 0
+  (no length known) falls back to equal weights, Dr. GRPO's baseline.
+  verl's ``opo`` gives a group of one the baseline 0; here, as for every
+  estimator, a group of one gets 0.
+
+  Args:
+    rewards: [P, G] rewards.
+    lengths: [P, G] completion lengths in tokens; default all 0 (equal
+      weights).
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for groups of equal rewards.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  lengths = _kit.check_lengths(lengths, rewards.shape)
+  total = lengths.sum(axis=-1, keepdims=True)
+  weights = jnp.where(total > 0, lengths, 1.0)
+  baseline = ((weights * rewards).sum(axis=-1, keepdims=True)
+              / weights.sum(axis=-1, keepdims=True))
+  return _kit.zero_where_constant(rewards, rewards - baseline)
+
+
+# The divisor of pass@k's credit: the group std (verl's default) or none.
+PASS_AT_K_SCALES = ("group", "none")
+
+
+@_kit.register(input="PG", output="group", paper="arXiv 2503.19595",
+               examples=({}, {"scale": "none"}, {"ddof": 0}))
+def pass_at_k(rewards, *, scale: str = "group", eps: float = 1e-6,
+              ddof: int = 1) -> jnp.ndarray:
+  """pass@k-style credit: only the best completion of a group is credited.
+
+  A_best = (R_max - R_second) / (std_g R + eps), every other A = 0: the
+  best member's margin over the runner-up, which is what it adds to the
+  group's max (verl's ``grpo_passk``, after arXiv 2503.19595). Ties at the
+  top give the whole group 0, so no completion is singled out arbitrarily.
+  verl refuses G = 1; here a group of one gets 0.
+
+  Args:
+    rewards: [P, G] rewards.
+    scale: ``group`` (divide by the group std, verl's default) or ``none``.
+    eps: added to the std.
+    ddof: delta degrees of freedom of the std.
+
+  Returns:
+    [P, G] float32 advantages, nonzero at most once per group.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _kit.check_choice("scale", scale, PASS_AT_K_SCALES)
+  group_size = rewards.shape[-1]
+  if group_size == 1:
+    return jnp.zeros_like(rewards)
+  _kit.check_ddof(ddof, group_size)
+  top_two = jnp.sort(rewards, axis=-1)[:, -2:]
+  margin = top_two[:, 1:] - top_two[:, :1]  # [P, 1]
+  best = jnp.arange(group_size)[None, :] == jnp.argmax(rewards, -1)[:, None]
+  credit = jnp.where(best, margin, 0.0)
+  if scale == "group":
+    credit = _kit.divide_by_std(credit, _kit.std(rewards, -1, ddof), eps)
+  return credit

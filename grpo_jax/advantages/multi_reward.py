@@ -1,9 +1,10 @@
-"""Estimators over K reward columns, rewards [P, G, K] and weights [K]: GDPO.
+"""Estimators over K reward columns, rewards [P, G, K] and weights [K]: GDPO
+and DVAO.
 
 `multi_reward` is the pair of ways to combine K rewards under one name
 (``sum_then_normalize``: GRPO on the weighted sum; ``normalize_then_sum``:
-GDPO); the registered estimator is `gdpo` (GRPO over the weighted sum is
-``grpo``, which gets the sum from the group data).
+GDPO); the registered estimators are `gdpo` and `dvao` (GRPO over the
+weighted sum is ``grpo``, which gets the sum from the group data).
 """
 
 import jax.numpy as jnp
@@ -55,6 +56,64 @@ def gdpo(rewards, weights, *, eps: float = 1e-6, ddof: int = 1, valid=None
   advantages = jnp.where(no_signal, 0.0,
                          _kit.divide_by_std(combined - mean, sd, eps))
   return _kit.zero_fillers(advantages, valid)
+
+
+@_kit.register(
+    input="PGK", output="group", paper="arXiv 2605.25604",
+    reads=("weights",), min_reward_columns=2,
+    examples=({}, {"weight_power": 0.5}, {"weight_power": -1.0},
+              {"floor": 0.2}, {"ddof": 0}))
+def dvao(rewards, weights, *, eps: float = 1e-6, ddof: int = 1,
+         weight_power: float = 1.0, floor: float = 0.0) -> jnp.ndarray:
+  """DVAO: per-group z-scores of each reward, weighted by their variances.
+
+  For group p and weighted column X_k = w_k R_k (a reconstruction: no
+  public code; VARIANTS.md 1.1):
+    z_pk = (X_pk - mean_g X_pk) / (std_g X_pk + eps),
+    c_pk = var_g(X_pk)^weight_power / sum_j var_g(X_pj)^weight_power,
+    A_p = sum_k c_pk z_pk,
+  so a column that varies more in the group counts more, one that does not
+  vary counts 0, and |A| <= max_k |z_k| (the weights are convex: the
+  "bounded advantage magnitudes" of arXiv 2605.25604). With `floor`, every
+  c_pk is raised to at least `floor` and the weights renormalised. With
+  unit weights w this is the spec; a weight w_k scales its column's
+  variance by w_k^2, and a weight of 0 removes the column.
+
+  Args:
+    rewards: [P, G, K] rewards of K reward functions.
+    weights: [K] weight of each reward function.
+    eps: added to every std.
+    ddof: delta degrees of freedom of the variances and stds.
+    weight_power: c is proportional to var^weight_power; 1 is the spec, -1
+      inverse-variance weights (the other reading of "suppressing noisy
+      ones").
+    floor: the least weight of a column before renormalising, in [0, 1].
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for a group where no weighted
+    column varies.
+  """
+  rewards = _kit.check_rewards(rewards, 3, "P, G, K")
+  weights = _kit.check_weights(weights, rewards.shape[-1])
+  if not 0.0 <= floor <= 1.0:
+    raise ValueError(f"floor={floor!r} must be in [0, 1].")
+  _kit.check_ddof(ddof, rewards.shape[1])
+  columns = jnp.swapaxes(rewards * weights[None, None, :], 1, 2)  # [P, K, G]
+  sd = _kit.std(columns, -1, ddof)  # [P, K, 1]
+  z = _kit.divide_by_std(_kit.centered(columns, -1), sd, eps)
+  # A column without spread gets weight 0 whatever the power's sign.
+  spread = sd > 0
+  raw = jnp.where(spread, jnp.where(spread, sd, 1.0)**(2 * weight_power), 0.0)
+  combination = _normalized(raw)
+  if floor > 0:
+    combination = _normalized(jnp.maximum(combination, floor))
+  return (combination * z).sum(axis=1)
+
+
+def _normalized(raw) -> jnp.ndarray:
+  """raw [P, K, 1] / its sum over K; 0 where the sum is 0."""
+  total = raw.sum(axis=1, keepdims=True)
+  return jnp.where(total > 0, raw / jnp.where(total > 0, total, 1.0), 0.0)
 
 
 def _sum_then_normalize(rewards, weights, *, eps, ddof, valid):

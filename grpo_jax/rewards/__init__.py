@@ -20,7 +20,9 @@ token counts, which only the sampler knows exactly: `overlong_penalty`
 | ``overlong``  | shaper   | 0, then a ramp to -1 near the length limit          |
 
 A new one is a function in `verifiers.py` or `shapers.py` under the
-registry's decorator.
+registry's decorator, with the range of its values (``range=(lo, hi)``):
+`column_ranges` reads them for `config.validate`, which holds them against
+the advantage estimator's domain.
 """
 
 from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
@@ -33,9 +35,16 @@ from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
 __all__ = [
     "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
     "ScoreResult", "VERIFIERS", "accuracy", "answer_is_correct",
-    "format_reward", "get", "group_advantages", "make_shaper", "math_answer",
-    "names", "overlong_penalty", "score"]
+    "column_ranges", "format_reward", "get", "group_advantages",
+    "make_shaper", "math_answer", "names", "overlong_penalty", "score"]
 
 # The reward functions (verifiers) by name.
 names = VERIFIERS.names
 get = VERIFIERS.get
+
+
+def column_ranges(functions, shapers=()) -> tuple:
+  """The declared ``(lo, hi)`` of each reward column, None where a reward
+  declares none: the reward functions' (`VERIFIERS`), then the shapers'."""
+  return (tuple(VERIFIERS.entry(n).meta.get("range") for n in functions)
+          + tuple(SHAPERS.entry(n).meta.get("range") for n in shapers))

@@ -2,7 +2,8 @@
 tokens, ...) that add one reward column.
 
 A shaper maps lengths [N] (int token counts) and its keyword options to a
-column [N] float32, and registers in `SHAPERS`; its column is named after it
+column [N] float32, and registers in `SHAPERS` with the range of its values
+(``range=(lo, hi)`` metadata, as a verifier); its column is named after it
 and weighted like any reward (``rewards.shapers.<name>.weight`` in a config).
 
 | name         | column                                          | paper            |
@@ -28,7 +29,7 @@ def make_shaper(name: str, **options) -> Callable[..., np.ndarray]:
 
 
 @SHAPERS.register(
-    "overlong", paper="arXiv 2503.14476",
+    "overlong", paper="arXiv 2503.14476", range=(-1.0, 0.0),
     examples=({"max_length": 8, "cache_length": 2},
               {"max_length": 8, "cache_length": 0}))
 def overlong_penalty(lengths, *, max_length: int, cache_length: int

@@ -6,7 +6,9 @@ A reward function scores a batch of N completions,
      answers: Sequence[str]) -> list[float]     (N floats)
 
 and registers in `VERIFIERS` under the name a config uses
-(``rewards.functions``). Training scores in worker processes by default
+(``rewards.functions``), with the range of its values (``range=(lo, hi)``
+metadata), which `config.validate` holds against an estimator's domain
+(BNPO's [0, 1]). Training scores in worker processes by default
 (``rewards.workers``), one completion per call (N = 1), each under a
 timeout; a function that needs the whole batch at once runs with
 ``rewards.workers=0``.
@@ -168,7 +170,7 @@ def answer_is_correct(completion: str, answer: str, *,
                            require_evaluated=require_evaluated)
 
 
-@VERIFIERS.register()
+@VERIFIERS.register(range=(0.0, 1.0))
 def accuracy(prompts: Sequence[str], completions: Sequence[str],
              answers: Sequence[str]) -> list:
   """1.0 where the completion's final answer equals the reference, else 0.0.
@@ -195,7 +197,7 @@ _BOXED_AT_END = re.compile(
     r"\\boxed\{(?:[^{}]|\{[^{}]*\})+\}[\s$.!)\]]*\Z")
 
 
-@VERIFIERS.register("format")
+@VERIFIERS.register("format", range=(0.0, 1.0))
 def format_reward(prompts: Sequence[str], completions: Sequence[str],
                   answers: Sequence[str]) -> list:
   """1.0 where the completion ends with a nonempty ``\\boxed{...}``, else 0.0.

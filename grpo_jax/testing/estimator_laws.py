@@ -2,7 +2,9 @@
 
 Plain functions of an `advantages.Estimator` record and a `groups.GroupData`:
 tests/contracts/test_estimators.py runs them on every registered estimator,
-and a notebook can run them on a new one. Each raises AssertionError.
+and a notebook can run them on a new one. Each raises AssertionError. A law
+runs from ``estimator.init()``; ``from_state(estimator, warm_up(estimator,
+history_groups(key)))`` runs it from the state a history leaves.
 """
 
 import jax
@@ -13,17 +15,47 @@ from grpo_jax.testing import assert_close, assert_finite, numpy
 
 
 
-def estimator_groups(key, *, p: int = 4, g: int = 4, k: int = 2):
+def estimator_groups(key, *, p: int = 4, g: int = 4, k: int = 2,
+                     collapsed: int = 0):
   """Random `groups.GroupData`: column 0 is 0/1 (an accuracy), the others
-  uniform in [0, 1); weights 1, 0.5, 0.5, ...; lengths in [1, 16]."""
+  uniform in [0, 1); weights 1, 0.5, 0.5, ...; lengths in [1, 16]. The
+  first `collapsed` groups have all rewards equal (0, 1, 0, ...)."""
   from grpo_jax import groups as groups_lib  # pylint: disable=g-import-not-at-top
   keys = jax.random.split(key, 3)
   accuracy = jax.random.bernoulli(keys[0], 0.5, (p, g, 1)).astype(jnp.float32)
   rest = jax.random.uniform(keys[1], (p, g, k - 1))
+  rewards = jnp.concatenate([accuracy, rest], -1)
+  constant = (jnp.arange(p) % 2).astype(jnp.float32)[:, None, None]
+  rewards = jnp.where(jnp.arange(p)[:, None, None] < collapsed, constant,
+                      rewards)
   weights = jnp.asarray([1.0] + [0.5] * (k - 1), jnp.float32)
   lengths = jax.random.randint(keys[2], (p, g), 1, 17)
-  return groups_lib.from_rewards(jnp.concatenate([accuracy, rest], -1),
-                                 weights, lengths=lengths)
+  return groups_lib.from_rewards(rewards, weights, lengths=lengths)
+
+
+def history_groups(key, *, batches: int = 6, shift: float = 0.0):
+  """Batches for a stateful estimator to see before a law: three of four
+  groups collapsed, as early in training (AVSPO's default gate opens after
+  five); every reward plus `shift`."""
+  return [_shifted(estimator_groups(jax.random.fold_in(key, i), collapsed=3),
+                   shift) for i in range(batches)]
+
+
+def warm_up(estimator, history):
+  """The state after `estimator` has seen the batches of `history`."""
+  state = estimator.init()
+  for groups in history:
+    _, state = estimator.estimate(state, groups)
+  return state
+
+
+def from_state(estimator, state):
+  """`estimator` starting from `state`: the laws then run from it."""
+  return estimator._replace(init=lambda: state)
+
+
+def _shifted(groups, shift: float):
+  return groups._replace(rewards=groups.rewards + shift)
 
 
 def _estimate(estimator, groups):
@@ -58,9 +90,20 @@ def check_constant_group_gives_zero(estimator, groups):
 
 def check_shift_invariance(estimator, groups, *, shift: float = 3.0):
   """Adding a constant to every reward leaves the advantages unchanged."""
-  shifted = groups._replace(rewards=groups.rewards + shift)
-  assert_close(_estimate(estimator, shifted), _estimate(estimator, groups),
-               atol=1e-5, rtol=1e-5)
+  assert_close(_estimate(estimator, _shifted(groups, shift)),
+               _estimate(estimator, groups), atol=1e-5, rtol=1e-5)
+
+
+def check_shift_invariance_after_a_history(estimator, groups, key, *,
+                                           shift: float = 3.0):
+  """After a history of batches (`history_groups`), adding a constant to
+  every reward of the history and of the batch leaves the advantages
+  unchanged: a state may remember rewards, not their origin."""
+  plain = from_state(estimator, warm_up(estimator, history_groups(key)))
+  shifted = from_state(estimator, warm_up(
+      estimator, history_groups(key, shift=shift)))
+  assert_close(_estimate(shifted, _shifted(groups, shift)),
+               _estimate(plain, groups), atol=1e-4, rtol=1e-4)
 
 
 def check_permutation_equivariance(estimator, groups, key):
@@ -95,13 +138,27 @@ def check_group_of_one_gives_zero(estimator, groups):
 
 
 def check_jit_matches_eager(estimator, groups):
-  """``jit(estimate)`` equals eager, and the state keeps its structure."""
+  """``jit(estimate)`` equals eager, new state included."""
   state = estimator.init()
   eager, new_state = estimator.estimate(state, groups)
   jitted, jit_state = jax.jit(estimator.estimate)(state, groups)
   assert_close(jitted, eager, atol=1e-6, rtol=1e-6)
-  assert (jax.tree.structure(new_state) == jax.tree.structure(jit_state)
-          == jax.tree.structure(state))
+  assert_close(jit_state, new_state, atol=1e-6, rtol=1e-6)
+
+
+def check_state_keeps_its_shapes(estimator, groups):
+  """The state is float32 arrays (nothing leaves the device as a Python
+  scalar), and estimating keeps its structure, shapes and dtypes, jitted
+  or not, so that it checkpoints and compiles once; () when stateless."""
+  state = estimator.init()
+  layout = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  for leaf in jax.tree.leaves(state):
+    assert isinstance(leaf, jax.Array) and leaf.dtype == jnp.float32, leaf
+  for estimate in (estimator.estimate, jax.jit(estimator.estimate)):
+    _, new_state = estimate(state, groups)
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+    assert layout(new_state) == layout(state), (layout(new_state),
+                                                layout(state))
 
 
 def check_float32_output(estimator, groups):
@@ -116,7 +173,8 @@ def check_float32_output(estimator, groups):
 
 def check_fillers_are_ignored(estimator, groups):
   """Filler groups (valid False) get exactly 0, and the other groups get
-  what they get with the fillers dropped (masked equals dropped)."""
+  what they get with the fillers dropped (masked equals dropped), and so
+  does the new state."""
   p = groups.lengths.shape[0]
   valid = jnp.arange(p) % 2 == 0  # groups 1, 3, ... are fillers
   # Fillers with outlandish rewards: any leak into a statistic shows.
@@ -124,22 +182,26 @@ def check_fillers_are_ignored(estimator, groups):
                       100.0 * jnp.arange(groups.rewards.shape[1],
                                          dtype=jnp.float32)[None, :, None])
   masked = groups._replace(rewards=rewards, valid=valid)
-  out = _per_group(_estimate(estimator, masked), groups)
+  out, masked_state = estimator.estimate(estimator.init(), masked)
+  out = _per_group(out, groups)
   np.testing.assert_array_equal(numpy(out[1::2]), np.zeros(out[1::2].shape))
   kept = _slice_groups(masked, np.arange(0, p, 2))
-  assert_close(out[::2], _per_group(_estimate(estimator, kept), kept),
-               atol=1e-5, rtol=1e-5)
+  kept_out, kept_state = estimator.estimate(estimator.init(), kept)
+  assert_close(out[::2], _per_group(kept_out, kept), atol=1e-5, rtol=1e-5)
+  assert_close(masked_state, kept_state, atol=1e-5, rtol=1e-5)
 
 
 # Every law taking (estimator, groups) or (estimator, groups, key), with the
 # metadata flag that must be True for it to apply (None: always applies).
 ESTIMATOR_LAWS = (
     (check_constant_group_gives_zero, "constant_group_zero"),
-    (check_shift_invariance, None),
+    (check_shift_invariance, "shift_invariant"),
+    (check_shift_invariance_after_a_history, "shift_invariant"),
     (check_permutation_equivariance, None),
     (check_groups_independent, "independent_groups"),
     (check_group_of_one_gives_zero, "constant_group_zero"),
     (check_jit_matches_eager, None),
+    (check_state_keeps_its_shapes, None),
     (check_float32_output, None),
     (check_fillers_are_ignored, None),
 )

@@ -72,6 +72,9 @@ def test_shaper_gives_one_finite_float_per_completion(name, options):
   column = rewards.make_shaper(name, **options)(lengths)
   assert column.shape == lengths.shape and column.dtype == np.float32
   assert np.all(np.isfinite(column))
+  # Within the range it declares (config.validate trusts it).
+  lo, hi = rewards.SHAPERS.entry(name).meta["range"]
+  assert np.all((lo <= column) & (column <= hi)), (column, lo, hi)
 
 
 # ------------------------------------------------ group and row strategies

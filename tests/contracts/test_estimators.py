@@ -20,6 +20,12 @@ CASES = [pytest.param(entry.name, options, id=f"{entry.name}-{i}")
          for i, options in enumerate(entry.examples)]
 LAWS = [pytest.param(law, flag, id=law.__name__[len("check_"):])
         for law, flag in laws.ESTIMATOR_LAWS]
+STATEFUL_CASES = [case for case in CASES
+                  if advantages.meta(case.values[0])["state"] is not None]
+# From a warm state every law applies but the shift ones: a state remembers
+# absolute rewards (check_shift_invariance_after_a_history shifts them too).
+WARM_LAWS = [case for case in LAWS if case.values[0] not in (
+    laws.check_shift_invariance, laws.check_shift_invariance_after_a_history)]
 
 
 def run_law(law, estimator, key=jax.random.PRNGKey(0)):
@@ -36,6 +42,24 @@ def test_law(name, options, law, flag):
   run_law(law, advantages.make(name, **options))
 
 
+@pytest.mark.parametrize("law,flag", WARM_LAWS)
+@pytest.mark.parametrize("name,options", STATEFUL_CASES)
+def test_law_from_a_warm_state(name, options, law, flag):
+  """A stateful estimator obeys its laws from the state a history of
+  batches leaves (not only from ``init()``, where EBPO and AVSPO are
+  GRPO), on groups of which two are collapsed."""
+  if flag is not None and not advantages.meta(name, **options)[flag]:
+    pytest.skip(f"metadata: {flag} is False")
+  key = jax.random.PRNGKey(0)
+  estimator = advantages.make(name, **options)
+  warm = laws.warm_up(estimator, laws.history_groups(jax.random.PRNGKey(1)))
+  assert not jax.tree.all(jax.tree.map(
+      lambda a, b: bool(jnp.all(a == b)), warm, estimator.init()))
+  groups = laws.estimator_groups(key, collapsed=2)
+  extra = (key,) if "key" in inspect.signature(law).parameters else ()
+  law(laws.from_state(estimator, warm), groups, *extra)
+
+
 @pytest.mark.parametrize("name,options", CASES)
 def test_metadata_and_record(name, options):
   entry = advantages.ESTIMATORS.entry(name)
@@ -46,7 +70,10 @@ def test_metadata_and_record(name, options):
   estimator = advantages.make(name, **options)
   assert (estimator.name, estimator.input, estimator.output) == (
       name, entry.meta["input"], entry.meta["output"])
-  assert estimator.init() == ()
+  if entry.meta["state"] is None:
+    assert estimator.init() == ()
+  else:  # a NamedTuple of arrays (law check_state_keeps_its_shapes)
+    assert jax.tree.leaves(estimator.init())
   # Every example option is an option of the function (none dropped).
   advantages.check_options(name, options)
 
@@ -73,8 +100,10 @@ def test_group_data_is_not_an_option():
 
 
 def test_unknown_estimator_lists_the_known_ones():
-  with pytest.raises(ValueError, match="dr_grpo, gdpo, grpo, rloo"):
+  with pytest.raises(ValueError, match="choose one of") as error:
     advantages.make("ppo")
+  for name in advantages.names():
+    assert name in str(error.value)
 
 
 def test_pure_functions_are_the_registered_ones():
