@@ -19,6 +19,9 @@ setup(
         "orbax-checkpoint>=0.12,<0.13",
         "chex>=0.1.92,<0.2",
         "transformers>=5.0,<6",
+        # transformers renders chat templates with jinja2 but does not
+        # require it.
+        "jinja2>=3.1",
         "tensorflow-datasets>=4.9,<5",
         "ml-collections>=1.0,<2",
         "numpy>=2.0,<3",
