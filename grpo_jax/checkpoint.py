@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from etils import epath
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 STATE = "state"
@@ -279,7 +280,6 @@ def _everyone(flag: bool) -> bool:
   if jax.process_count() == 1:
     return flag
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   return bool(np.all(multihost_utils.process_allgather(
       np.asarray([flag], np.int32))))
 
