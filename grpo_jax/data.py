@@ -51,9 +51,12 @@ TASKS = registry.Registry("task")
 
 
 class Example(NamedTuple):
-  """One question and its reference answer (the text the reward checks)."""
+  """One question and its reference answer (the text the reward checks), and
+  its stable index in the task (0 .. num_problems - 1; -1 when the task gives
+  none), which per-prompt trackers key on."""
   question: str
   answer: str
+  index: int = -1
 
 
 class Dataset(Protocol):

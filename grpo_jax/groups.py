@@ -10,7 +10,7 @@ arguments after its rewards.
 dynamic sampling and `collapse_rate` both use it.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax.numpy as jnp
 
@@ -27,15 +27,31 @@ class GroupData(NamedTuple):
       sampling's leftovers): they get advantage 0 and enter no batch
       statistic.
     lengths: [P, G] int32 completion lengths in tokens.
+    sequence_logprobs: [P, G] float32, the sum over each completion's tokens
+      of the sampler's tempered log-probs (no gradient; divide by `lengths`
+      for the mean; 0 for an empty completion).
+    entropies: [P, G] float32, the mean over each completion's tokens of the
+      entropy of the sampler's full tempered next-token distribution (0 for
+      an empty completion).
+    answer_ids: [P, G] int32, each completion's answer-equivalence class in
+      its group: the index of the group's first member whose parsed answer
+      is the same (`rewards.verifiers.same_answer`), -1 where no answer
+      parses (a class of its own); estimators compare ids for equality only.
+    prompt_index: [P] int32, each prompt's `data.Example.index` (stable in
+      its task), -1 where the task gives none.
 
-  Later stages add fields here, each documented with its shape: sequence
-  log-probs [P, G], answer ids [P, G], prompt ids [P], a group index [N] for
-  ragged groups.
+  The rollout fills every field; the last four are None in group data built
+  without them (`from_rewards` by default), and an estimator that reads one
+  names it in its metadata ``reads``.
   """
   rewards: jnp.ndarray
   weights: jnp.ndarray
   valid: jnp.ndarray
   lengths: jnp.ndarray
+  sequence_logprobs: Optional[jnp.ndarray] = None
+  entropies: Optional[jnp.ndarray] = None
+  answer_ids: Optional[jnp.ndarray] = None
+  prompt_index: Optional[jnp.ndarray] = None
 
 
 def _as_pgk(rewards) -> jnp.ndarray:
@@ -76,8 +92,8 @@ def check_valid(valid, num_groups: int) -> jnp.ndarray:
   return valid.astype(bool)
 
 
-def from_rewards(rewards, weights=None, *, valid=None, lengths=None
-                 ) -> GroupData:
+def from_rewards(rewards, weights=None, *, valid=None, lengths=None,
+                 **fields) -> GroupData:
   """`GroupData` from rewards, the rest defaulted.
 
   Args:
@@ -85,6 +101,8 @@ def from_rewards(rewards, weights=None, *, valid=None, lengths=None
     weights: [K]; default ones.
     valid: [P] bool; default all True.
     lengths: [P, G] token counts; default zeros.
+    **fields: the optional fields (``sequence_logprobs``, ...) as arrays;
+      default None.
 
   Returns:
     A `GroupData` of float32 rewards and weights, bool valid, int32 lengths.
@@ -98,7 +116,8 @@ def from_rewards(rewards, weights=None, *, valid=None, lengths=None
     raise ValueError(
         f"lengths must be [P, G] = {(p, g)}; got shape {lengths.shape}.")
   return GroupData(rewards=rewards, weights=check_weights(weights, k),
-                   valid=check_valid(valid, p), lengths=lengths)
+                   valid=check_valid(valid, p), lengths=lengths,
+                   **{name: jnp.asarray(value) for name, value in fields.items()})
 
 
 def weighted_sum(rewards, weights) -> jnp.ndarray:

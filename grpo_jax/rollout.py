@@ -41,7 +41,8 @@ on one global mesh, and every process builds the same step:
 
 import functools
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, Tuple
+from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +58,7 @@ from grpo_jax import rewards as rewards_lib
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import strategies
+from grpo_jax.rewards import verifiers as verifiers_lib
 
 # The stage components whose state the rollout carries, by state name.
 STAGES = ("select", "groups", "advantage", "credit", "rows")
@@ -73,6 +75,9 @@ class Round(NamedTuple):
   rewards: np.ndarray  # [P, G, K]: the verifiers', then the shapers'
   columns: Tuple[str, ...]  # the K column names
   errors: np.ndarray  # [K verifiers] completions whose verifier raised
+  entropies: np.ndarray  # [P, G] float32, mean token entropy (GroupData)
+  prompt_index: np.ndarray  # [P] int32, the examples' task indices
+  answer_ids: Optional[np.ndarray] = None  # [P, G] int32, when read
 
 
 class Sampler(NamedTuple):
@@ -183,6 +188,9 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
       eos_ids=s.eos_ids, pad_id=s.pad_id))
   verified, errors = _score(pipeline, examples, out)
+  answer_ids = None
+  if "answer_ids" in pipeline.components["advantage"].reads:
+    answer_ids = _answer_ids(pipeline, out, g)
   shaped = [np.asarray(fn(np.asarray(out.lengths)), np.float32)[:, None]
             for fn, _ in pipeline.shapers.values()]
   grouped = lambda x: np.asarray(x).reshape((p, g) + np.shape(x)[1:])
@@ -193,7 +201,24 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
       sampler_logp=grouped(out.tempered_logprobs),
       rewards=grouped(np.concatenate(
           [np.asarray(verified, np.float32)] + shaped, axis=-1)),
-      columns=pipeline.columns, errors=errors)
+      columns=pipeline.columns, errors=errors,
+      entropies=grouped(_row_mean(out.entropies, out.mask)),
+      prompt_index=np.asarray([e.index for e in examples], np.int32),
+      answer_ids=answer_ids)
+
+
+def _row_mean(values, mask) -> np.ndarray:
+  """[N] mean of [N, T] values over each row's mask; 0 for an empty row."""
+  values, mask = np.asarray(values, np.float32), np.asarray(mask, np.float32)
+  return (values * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0)
+
+
+def _answer_ids(pipeline: Pipeline, out, g: int) -> np.ndarray:
+  """[P, G] int32 answer classes of every group (`verifiers.answer_classes`);
+  in this process: parsing is quick next to the verifiers' work."""
+  texts = decode_completions(pipeline.tokenizer, out.tokens, out.lengths)
+  return np.asarray([verifiers_lib.answer_classes(texts[i:i + g])
+                     for i in range(0, len(texts), g)], np.int32)
 
 
 def _gather(selected: strategies.Selected, field: str) -> np.ndarray:
@@ -233,11 +258,19 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   gather = lambda field: _gather(selected, field)
   t1 = time.perf_counter()
 
+  answer_ids = None
+  if selected.rounds[0].answer_ids is not None:
+    answer_ids = jnp.asarray(gather("answer_ids"), jnp.int32)
   groups = groups_lib.GroupData(
       rewards=jnp.asarray(gather("rewards")),
       weights=jnp.asarray(pipeline.weights),
       valid=jnp.asarray(selected.valid),
-      lengths=jnp.asarray(gather("lengths"), jnp.int32))
+      lengths=jnp.asarray(gather("lengths"), jnp.int32),
+      sequence_logprobs=jnp.asarray(
+          (gather("sampler_logp") * gather("mask")).sum(-1), jnp.float32),
+      entropies=jnp.asarray(gather("entropies"), jnp.float32),
+      answer_ids=answer_ids,
+      prompt_index=jnp.asarray(gather("prompt_index"), jnp.int32))
   adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
                                                      groups)
   n = p * g
@@ -331,6 +364,12 @@ def is_on_policy(config) -> bool:
           and config.train.num_minibatches == 1)
 
 
+def _jitted(estimator):
+  # One compiled program per step's estimate: the estimator and its state
+  # stay on the device, and an estimator of many small ops runs as one.
+  return estimator._replace(estimate=jax.jit(estimator.estimate))
+
+
 def make_components(config) -> dict:
   """The stage components of `config` by state name (`STAGES`)."""
   rounds = strategies.make_group_strategy(config.groups.name,
@@ -340,8 +379,8 @@ def make_components(config) -> dict:
           config.select.name, rounds_per_step=rounds.rounds_per_step,
           **config.select.kwargs),
       "groups": rounds,
-      "advantage": advantages_lib.make(config.advantage.name,
-                                       **config.advantage.kwargs),
+      "advantage": _jitted(advantages_lib.make(config.advantage.name,
+                                               **config.advantage.kwargs)),
       "credit": credit_lib.make(config.credit.name, **config.credit.kwargs),
       "rows": strategies.make_row_strategy(config.rows.name,
                                            **config.rows.kwargs),

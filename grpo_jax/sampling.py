@@ -108,6 +108,9 @@ class SampleOutput(NamedTuple):
     tempered_logprobs: [N, T] float32, ``log_softmax(logits / temperature)`` at
       each token (temperature 1 for greedy rows), what ``token_logprobs``
       gives teacher-forced with the same temperatures; 0 under padding.
+    entropies: [N, T] float32, the entropy of that full tempered
+      distribution at each token (what ``token_logprobs`` gives as its
+      entropy); 0 under padding.
   """
   tokens: jnp.ndarray
   mask: jnp.ndarray
@@ -115,6 +118,7 @@ class SampleOutput(NamedTuple):
   truncated: jnp.ndarray
   logprobs: jnp.ndarray
   tempered_logprobs: jnp.ndarray
+  entropies: jnp.ndarray
 
 
 class DecodeState(NamedTuple):
@@ -127,6 +131,7 @@ class DecodeState(NamedTuple):
   tokens: jnp.ndarray  # [N, T] int32
   logprobs: jnp.ndarray  # [N, T] float32
   tempered_logprobs: jnp.ndarray  # [N, T] float32
+  entropies: jnp.ndarray  # [N, T] float32
 
 
 def pad_prompts(token_lists: Sequence[Sequence[int]], *,
@@ -285,8 +290,8 @@ def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
     greedy: static; every row greedy (no random draw).
     top_k, top_p: static truncation, see `sample`.
 
-  Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N]); see the
-  module docstring.
+  Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N], entropies
+  [N]); see the module docstring.
   """
   with jax.named_scope("sample_token"):  # profiles file the draw under it
     return _draw(logits, key, temperature, greedy=greedy, top_k=top_k,
@@ -334,8 +339,12 @@ def _draw(logits, key, temperature, *, greedy, top_k, top_p):
   scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
   # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
   # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
-  scaled_max = scaled.max(axis=-1)
-  log_total = jnp.log(jnp.exp(scaled - scaled_max[:, None]).sum(axis=-1))
+  shifted = scaled - scaled.max(axis=-1, keepdims=True)
+  weights = jnp.exp(shifted)
+  total = weights.sum(axis=-1)
+  log_total = jnp.log(total)
+  # -sum p log p with p = weights / total: one more pass over the row.
+  entropies = log_total - (weights * shifted).sum(axis=-1) / total
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
     truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
@@ -360,13 +369,13 @@ def _draw(logits, key, temperature, *, greedy, top_k, top_p):
     # Greedy rows among sampled ones: argmax, from a point mass.
     tokens = jnp.where(greedy_rows, jnp.argmax(logits, axis=-1), tokens)
   tempered_logprobs = (
-      (jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
-       - scaled_max) - log_total)
+      jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0] - log_total)
   if truncated_logprobs is None:
     truncated_logprobs = tempered_logprobs
   if not greedy:
     truncated_logprobs = jnp.where(greedy_rows, 0.0, truncated_logprobs)
-  return tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs
+  return (tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs,
+          entropies)
 
 
 def _split_layers(tree, num_layers):
@@ -578,7 +587,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   def record(state, step, logits):
     """Draws the token of `step` from `logits` and writes it into the state."""
     # A per-token temperature [N, T] would be read here as temperature[:, step].
-    tokens, logprobs, tempered = _next_token(
+    tokens, logprobs, tempered, entropies = _next_token(
         logits, jax.random.fold_in(key, step), temperature, greedy=greedy,
         top_k=top_k, top_p=top_p)
     live = ~state.done
@@ -595,7 +604,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
         tokens=write(state.tokens, tokens),
         logprobs=write(state.logprobs, jnp.where(live, logprobs, zero)),
         tempered_logprobs=write(state.tempered_logprobs,
-                                jnp.where(live, tempered, zero)))
+                                jnp.where(live, tempered, zero)),
+        entropies=write(state.entropies, jnp.where(live, entropies, zero)))
 
   def keep_going(state):
     return (state.step < max_new_tokens) & ~state.done.all()
@@ -620,7 +630,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
       lengths=jnp.zeros((num_rows,), jnp.int32),
       tokens=jnp.full((num_rows, max_new_tokens), pad_id, jnp.int32),
       logprobs=empty,
-      tempered_logprobs=empty)
+      tempered_logprobs=empty,
+      entropies=empty)
   state = record(state, state.step, logits)
   state = jax.lax.while_loop(keep_going, decode_step, state)
 
@@ -628,4 +639,4 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   return SampleOutput(
       tokens=state.tokens, mask=mask.astype(jnp.float32),
       lengths=state.lengths, truncated=~state.done, logprobs=state.logprobs,
-      tempered_logprobs=state.tempered_logprobs)
+      tempered_logprobs=state.tempered_logprobs, entropies=state.entropies)

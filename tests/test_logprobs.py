@@ -162,11 +162,12 @@ def test_sampler_step_scores_as_token_logprobs(temperature):
   logits = logprobs.project_logits(hidden[:, 0], unembedding)  # [N, V]
   assert logits.dtype == jnp.float32
   rows = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (N,))
-  tokens, drawn, tempered = sampling._next_token(  # pylint: disable=protected-access
+  tokens, drawn, tempered, entropy = sampling._next_token(  # pylint: disable=protected-access
       logits, jax.random.key(0), rows, greedy=False, top_k=None, top_p=None)
   got = logprobs.token_logprobs(hidden, unembedding, tokens[:, None],
                                 temperature=temperature)
   testing.assert_close(tempered, got.logp[:, 0], rtol=1e-6, atol=1e-6)
+  testing.assert_close(entropy, got.entropy[:, 0], rtol=1e-5, atol=1e-5)
   # Untruncated sampling draws from that same distribution; a greedy row
   # takes the argmax from a point mass.
   greedy = np.asarray(rows) == 0
@@ -176,9 +177,10 @@ def test_sampler_step_scores_as_token_logprobs(temperature):
                                 np.argmax(np.asarray(logits), -1)[greedy])
   # Both against an independent float64 reference at scoring temperature.
   tau = np.where(np.asarray(rows) > 0, np.asarray(rows), 1.0)
-  expected, _ = _numpy_reference(hidden, unembedding, tokens[:, None],
-                                 tau[:, None, None])
+  expected, expected_entropy = _numpy_reference(
+      hidden, unembedding, tokens[:, None], tau[:, None, None])
   testing.assert_close(got.logp, expected, rtol=1e-5, atol=1e-5)
+  testing.assert_close(entropy, expected_entropy[:, 0], rtol=1e-5, atol=1e-5)
 
 
 ROW_TEMPERATURES = np.array([0.5, 1.0, 2.5], np.float32)  # one per row, N = 3

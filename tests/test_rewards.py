@@ -88,6 +88,15 @@ def test_accuracy_outside_main_thread():
   assert result["value"] == [1.0, 0.0]
 
 
+def test_answer_classes_group_equivalent_answers():
+  """Equal answers share the index of their first holder, written
+  differently or not; an answer that does not parse is a class of its own."""
+  texts = ["so \\boxed{7}", "no digits here", "\\boxed{3}", "It is 7.",
+           "\\boxed{\\frac{6}{2}}", "nothing"]
+  assert rewards.verifiers.answer_classes(texts) == [0, -1, 2, 0, 2, -1]
+  assert rewards.verifiers.answer_classes([]) == []
+
+
 @pytest.mark.parametrize("completion,expected", [
     ("So the sum is \\boxed{8}", 1.0),
     ("\\boxed{8}.", 1.0),

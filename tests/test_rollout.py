@@ -24,6 +24,7 @@ from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
+from grpo_jax.rewards import verifiers
 from grpo_jax import train
 
 
@@ -342,3 +343,51 @@ def test_make_task_reads_the_registered_task():
   config.data.task = "nope"
   with pytest.raises(ValueError, match="arithmetic, gsm8k, jsonl"):
     data.make_task(config.data, seed=0)
+
+
+def test_generate_fills_the_group_data_an_estimator_reads(tiny_rollout):
+  """The sequence log-probs are the sampler's tempered log-probs summed over
+  each completion, the entropies the trainer's teacher-forced entropies
+  averaged over it (an independent pass), the answer ids the classes of the
+  completions the verifier saw, the prompt index the examples' index."""
+  model_config, params, _ = tiny_rollout
+  seen, texts = [], []
+  grpo = advantages.make("grpo")
+
+  def estimate(state, group_data):
+    seen.append(group_data)
+    return grpo.estimate((), group_data)[0], state
+
+  def recording_reward(prompts, completions, answers):
+    texts.extend(completions)
+    return [0.0] * len(completions)
+
+  reads = ("sequence_logprobs", "entropies", "answer_ids", "prompt_index")
+  spy = advantages.Estimator(name="spy", input="PG", output="group",
+                             init=lambda: (), estimate=estimate, reads=reads)
+  batch, _ = run_generate(tiny_rollout, recording_reward, dynamic=False,
+                          estimator=spy, temperature=0.8)
+  got = seen[0]
+  t = batch.sampler_logp.shape[1]
+  mask = np.asarray(batch.input_mask)[:, -t:]
+  testing.assert_close(
+      got.sequence_logprobs.reshape(-1),
+      (np.asarray(batch.sampler_logp) * mask).sum(-1), atol=1e-6, rtol=1e-6)
+  _, entropy = batch_lib.policy_logprobs(
+      params, model_config, batch.tokens, batch.input_mask,
+      batch.tokens.shape[1] - t, temperature=batch.temperature)
+  expected = (np.asarray(entropy) * mask).sum(-1) / np.maximum(
+      mask.sum(-1), 1)
+  testing.assert_close(got.entropies.reshape(-1), expected, atol=1e-4,
+                       rtol=1e-4)
+  assert got.answer_ids.shape == (2, 2) and got.answer_ids.dtype == jnp.int32
+  np.testing.assert_array_equal(
+      got.answer_ids, [verifiers.answer_classes(texts[:2]),
+                       verifiers.answer_classes(texts[2:])])
+  assert got.prompt_index.shape == (2,)
+  # An estimator that reads none of them gets no answer ids (no parsing).
+  seen.clear()
+  plain = spy._replace(reads=())
+  run_generate(tiny_rollout, recording_reward, dynamic=False, estimator=plain)
+  assert seen[0].answer_ids is None
+

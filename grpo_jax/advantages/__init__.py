@@ -80,12 +80,14 @@ class Estimator(NamedTuple):
     init: ``() -> state``; ``()`` for a stateless estimator, a NamedTuple
       of fixed-shape float32 arrays for a stateful one.
     estimate: ``(state, groups: GroupData) -> (advantages float32, state)``.
+    reads: the `GroupData` fields it reads beyond the rewards.
   """
   name: str
   input: str
   output: str
   init: Callable[[], Any]
   estimate: Callable[[Any, GroupData], Tuple[jnp.ndarray, Any]]
+  reads: Tuple[str, ...] = ()
 
 
 # The rewards an estimator is called with, by its metadata's ``input``.
@@ -152,12 +154,19 @@ def make(name: str, **options) -> Estimator:
   reads = entry.meta["reads"]
 
   def estimate(state, groups: GroupData):
+    missing = [field for field in reads if getattr(groups, field) is None]
+    if missing:
+      raise ValueError(
+          f"advantage estimator {name!r} reads GroupData.{missing[0]}, which "
+          "these groups lack; build them with it (groups.from_rewards("
+          f"..., {missing[0]}=...)) or pick an estimator that does not read it")
     advantages, state = step(inputs(groups), state, **{
         field: getattr(groups, field) for field in reads})
     return zero_fillers(advantages, groups.valid), state
 
   return Estimator(name=name, input=entry.meta["input"],
-                   output=entry.meta["output"], init=init, estimate=estimate)
+                   output=entry.meta["output"], init=init, estimate=estimate,
+                   reads=reads)
 
 
 def _accepted(fn: Callable, options: Mapping[str, Any]) -> dict:

@@ -21,7 +21,7 @@ timeout; a function that needs the whole batch at once runs with
 
 import re
 import threading
-from typing import Callable, Sequence
+from typing import Callable, List, Sequence
 
 import numpy as np
 
@@ -127,6 +127,23 @@ def same_answer(first: list, second: list) -> bool:
   if not first or not second:
     return False
   return bool(verify(first, second, timeout_seconds=_timeout_seconds()))
+
+
+def answer_classes(completions: Sequence[str]) -> List[int]:
+  """The answer-equivalence class of each completion of one group: the index
+  of the first completion whose parsed answer is the same (`same_answer`),
+  or -1 where no answer parses (SEED-GRPO's semantic classes)."""
+  parsed = [parse_answer(text) for text in completions]
+  classes, firsts = [], []  # firsts: the index that opened each class
+  for i, answer in enumerate(parsed):
+    if not answer:
+      classes.append(-1)
+      continue
+    match = next((j for j in firsts if same_answer(parsed[j], answer)), None)
+    if match is None:
+      firsts.append(i)
+    classes.append(i if match is None else match)
+  return classes
 
 
 def matches_reference(predicted: list, gold: list, *,

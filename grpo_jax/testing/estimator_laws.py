@@ -30,7 +30,23 @@ def estimator_groups(key, *, p: int = 4, g: int = 4, k: int = 2,
                       rewards)
   weights = jnp.asarray([1.0] + [0.5] * (k - 1), jnp.float32)
   lengths = jax.random.randint(keys[2], (p, g), 1, 17)
-  return groups_lib.from_rewards(rewards, weights, lengths=lengths)
+  more = jax.random.split(keys[2], 3)
+  mean_logp = -jax.random.uniform(more[0], (p, g), minval=0.05, maxval=2.0)
+  return groups_lib.from_rewards(
+      rewards, weights, lengths=lengths,
+      sequence_logprobs=mean_logp * lengths,
+      entropies=jax.random.uniform(more[1], (p, g), minval=0.1, maxval=2.0),
+      answer_ids=_answer_classes(np.asarray(
+          jax.random.randint(more[2], (p, g), -1, 3))),
+      prompt_index=jnp.arange(p, dtype=jnp.int32))
+
+
+def _answer_classes(answers: np.ndarray) -> np.ndarray:
+  """[P, G] raw answers (-1: none) as `GroupData.answer_ids`: the index of
+  each group's first member with the same answer, -1 kept."""
+  first = lambda row, a: -1 if a < 0 else int(np.argmax(row == a))
+  return np.asarray([[first(row, a) for a in row] for row in answers],
+                    np.int32)
 
 
 def history_groups(key, *, batches: int = 6, shift: float = 0.0):
@@ -69,10 +85,20 @@ def _per_group(advantages, groups):
   return advantages.reshape(p, g, -1)
 
 
+def _map_members(groups, fn):
+  """`groups` with `fn` applied to each per-member field ([P, G, ...]:
+  rewards, lengths, sequence log-probs, ...)."""
+  p, g = groups.lengths.shape
+  return groups._replace(**{
+      field: fn(value) for field, value in groups._asdict().items()
+      if value is not None and value.ndim >= 2 and value.shape[:2] == (p, g)})
+
+
 def _slice_groups(groups, rows):
   """The groups `rows` (an index array or slice over P)."""
-  return groups._replace(rewards=groups.rewards[rows],
-                         valid=groups.valid[rows], lengths=groups.lengths[rows])
+  return groups._replace(**{
+      field: value[rows] for field, value in groups._asdict().items()
+      if field != "weights" and value is not None})
 
 
 def check_constant_group_gives_zero(estimator, groups):
@@ -113,8 +139,7 @@ def check_permutation_equivariance(estimator, groups, key):
       jax.random.split(key, p))  # [P, G]
   take = lambda x: jnp.take_along_axis(
       x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)
-  permuted = groups._replace(rewards=take(groups.rewards),
-                             lengths=take(groups.lengths))
+  permuted = _map_members(groups, take)
   assert_close(_per_group(_estimate(estimator, permuted), groups),
                take(_per_group(_estimate(estimator, groups), groups)),
                atol=1e-5, rtol=1e-5)
@@ -131,8 +156,7 @@ def check_groups_independent(estimator, groups):
 
 def check_group_of_one_gives_zero(estimator, groups):
   """G = 1: no baseline can be formed, every advantage is exactly 0."""
-  one = groups._replace(rewards=groups.rewards[:, :1],
-                        lengths=groups.lengths[:, :1])
+  one = _map_members(groups, lambda x: x[:, :1])
   out = numpy(_estimate(estimator, one))
   np.testing.assert_array_equal(out, np.zeros(out.shape))
 

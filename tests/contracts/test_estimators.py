@@ -9,9 +9,11 @@ import inspect
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from grpo_jax import advantages
+from grpo_jax import groups
 from grpo_jax.testing import estimator_laws as laws
 from grpo_jax.advantages import _kit
 
@@ -146,3 +148,23 @@ def test_the_laws_catch_a_filler_leak_and_coupled_groups():
     with pytest.raises(AssertionError):
       run_law(laws.check_groups_independent, estimator)
     run_law(laws.check_shift_invariance, estimator)
+
+
+def entropy_toy(rewards, entropies=None):
+  return (rewards - rewards.mean(-1, keepdims=True)) * entropies
+
+
+def test_an_estimator_reading_absent_group_data_names_it():
+  """Group data built without a field the estimator reads is a ValueError
+  naming the estimator and the field, raised before any compute."""
+  with advantages.ESTIMATORS.scoped():
+    _kit.register(input="PG", output="group", paper="toy",
+                  reads=("entropies",))(entropy_toy)
+    estimator = advantages.make("entropy_toy")
+    assert estimator.reads == ("entropies",)
+    rewards = np.array([[1.0, 0.0]], np.float32)
+    with pytest.raises(ValueError, match="'entropy_toy'.*entropies"):
+      estimator.estimate((), groups.from_rewards(rewards))
+    out, _ = estimator.estimate((), groups.from_rewards(
+        rewards, entropies=np.array([[2.0, 4.0]], np.float32)))
+    np.testing.assert_allclose(out, [[1.0, -2.0]])
