@@ -10,6 +10,7 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
 
+import inspect
 import os
 
 import ml_collections
@@ -53,6 +54,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.digits = 1
   c.data.ops = ("+",)
   c.data.operands = 2
+  # The segments task (SD-GRPO): problems of 2 to `max_segments` parts, one
+  # \boxed{} answer each; also S, the segment slots of the group data.
+  c.data.max_segments = 3
   c.data.prompt_buckets = (64, 128, 256)  # prompt lengths padded up to these
   c.data.heldout_size = 64        # evaluate.py's held-out problems
   # Share of the arithmetic problems (or JSONL records) held out for evaluation.
@@ -65,6 +69,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0
   c.rollout.top_k = 0             # 0 = off
   c.rollout.top_p = 1.0
+  # Each group member's own temperature, G floats (MDP-GRPO's multi-
+  # temperature groups; the trainer scores each row at its member's
+  # temperature); () = rollout.temperature for every member.
+  c.rollout.member_temperatures = ()
 
   # The stages of a step (grpo_jax.rollout), each a registered component
   # named here with its options: `select` (strategies.SELECTIONS), `groups`
@@ -115,6 +123,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.kl = ml_collections.ConfigDict()
   c.kl.beta = 0.04                # 0 skips the reference model entirely
   c.kl.estimator = "k3"
+  # > 0: MDP-GRPO's asymmetric KL (regularisers.asymmetric_kl), kl.beta on
+  # the tokens of completions with A >= 0 and beta_neg on those with A < 0;
+  # 0 = kl.beta on every token.
+  c.kl.beta_neg = 0.0
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.learning_rate = 1e-6
@@ -218,6 +230,25 @@ def use_quickstart_scale(c: ml_collections.ConfigDict
   return c
 
 
+def use_comparison_task(c: ml_collections.ConfigDict
+                        ) -> ml_collections.ConfigDict:
+  """The task every comparison table uses (experiments/compare.py): one-digit
+  problems a + b, a - b and a * b, 70% of the 300 held out, greedy accuracy
+  on the first 200 of them. The embedded model starts at greedy 0.42 and
+  sampled 0.17 there (pass@4 0.455): at 4 completions about half the groups
+  carry signal, where one-digit sums saturate by step 24 and two-digit or
+  three-term sums start near 0.04 sampled. A config on another task (SD-GRPO's
+  boxed sub-problems) keeps its own."""
+  if c.data.task != "arithmetic":
+    return c
+  c.data.digits, c.data.operands = 1, 2
+  c.data.ops = ("+", "-", "*")
+  c.data.heldout_fraction = 0.7
+  c.data.heldout_size = 200
+  c.eval.num_problems = 200
+  return c
+
+
 def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Random tiny model and tiny shapes: the loop end to end in seconds."""
   c.model.name = TINY_MODEL
@@ -303,6 +334,45 @@ def check_files(c) -> None:
           "'smollm2-135m-instruct', 'tiny' or a hub id 'org/name'")
 
 
+def _option_values(fns, kwargs) -> dict:
+  """The keyword defaults of `fns`' signatures, overridden by `kwargs`."""
+  values = {}
+  for fn in fns:
+    for key, p in inspect.signature(fn).parameters.items():
+      if p.default is not inspect.Parameter.empty:
+        values[key] = p.default
+  values.update(kwargs)
+  return values
+
+
+def _check_estimator_sizes(c, advantages) -> None:
+  """Sizes an estimator's options must fit, before any compute: a per-prompt
+  table (``capacity``, SPO's tracker) holds every problem of the task, and
+  bundles of questions (``bundle_size``, RiskPO) split the P prompts."""
+  name = c.advantage.name
+  spec = advantages.meta(name)["state"]
+  fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
+  options = _option_values(fns, dict(c.advantage.kwargs))
+  bundle = options.get("bundle_size")
+  if bundle is not None and c.rollout.num_prompts % bundle:
+    _fail("advantage.kwargs.bundle_size",
+          f"{bundle} does not divide rollout.num_prompts="
+          f"{c.rollout.num_prompts} (estimator {name!r} bundles the "
+          "prompts of a batch)",
+          "set a divisor of num_prompts, or change rollout.num_prompts")
+  capacity = options.get("capacity")
+  if capacity is not None and c.data.task == "arithmetic":
+    problems = data.ArithmeticTask(
+        digits=c.data.digits, ops=tuple(c.data.ops),
+        operands=c.data.operands).num_problems
+    if capacity < problems:
+      _fail("advantage.kwargs.capacity",
+            f"{capacity} slots cannot hold the {problems} problems of "
+            f"data.task='arithmetic' (estimator {name!r} keeps one slot per "
+            "data.Example.index)",
+            f"set --config.advantage.kwargs.capacity={problems} or more")
+
+
 def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises ValueError naming the field and the fix; returns `c` if valid.
 
@@ -340,6 +410,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if not c.data.ops or not set(c.data.ops) <= set(data.OPERATORS):
       _fail("data.ops", f"{c.data.ops!r} is invalid",
             f"choose a nonempty subset of {data.OPERATORS}")
+  if c.data.task == "segments" and c.data.max_segments < 2:
+    _fail("data.max_segments", f"{c.data.max_segments!r} is below 2",
+          "set max_segments >= 2 (a problem has two or more parts)")
   if not c.data.prompt_buckets or any(b <= 0 for b in c.data.prompt_buckets):
     _fail("data.prompt_buckets", f"{c.data.prompt_buckets!r} is invalid",
           "give positive prompt lengths, e.g. (64, 128)")
@@ -351,6 +424,16 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive(c, "rollout.top_k", allow_zero=True)
   if not 0.0 < r.top_p <= 1.0:
     _fail("rollout.top_p", f"{r.top_p!r} is outside (0, 1]", "set 0 < top_p <= 1")
+  members = tuple(r.member_temperatures)
+  if members and len(members) != r.num_generations:
+    _fail("rollout.member_temperatures",
+          f"has {len(members)} entries for rollout.num_generations="
+          f"{r.num_generations}", "give one temperature per group member, "
+          "or () for rollout.temperature")
+  if any(not x > 0 for x in members):
+    _fail("rollout.member_temperatures", f"{members!r} holds a value <= 0",
+          "give temperatures > 0 (a greedy member would have no log-probs "
+          "to train on)")
 
   known = rewards.names()
   for name in c.rewards.functions:
@@ -403,6 +486,19 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_choice("advantage.name", c.advantage.name, advantages.names())
   _check_component("advantage.kwargs", advantages.make, c.advantage.name,
                    c.advantage.kwargs)
+  # Group data only some tasks give: per-segment rewards (SD-GRPO).
+  segment_reads = [f for f in advantages.meta(c.advantage.name)["reads"]
+                   if f.startswith("segment_")]
+  if segment_reads and not data.TASKS.entry(c.data.task).meta.get(
+      "segments", False):
+    with_segments = [n for n in data.TASKS.names()
+                     if data.TASKS.entry(n).meta.get("segments", False)]
+    _fail("data.task", f"{c.data.task!r} gives no per-segment rewards, but "
+          f"advantage estimator {c.advantage.name!r} reads GroupData."
+          f"{segment_reads[0]}", "set --config.data.task="
+          f"{' or '.join(with_segments)} (problems of several parts, one "
+          "\\boxed{} answer each), or pick an estimator that reads no "
+          "segments")
   # The estimator's needs (its reward domain, a number of reward columns)
   # against the rewards' declared ranges: here, not in the jitted step.
   try:
@@ -413,6 +509,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         ranges=rewards.column_ranges(c.rewards.functions, c.rewards.shapers))
   except ValueError as e:
     raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
+  _check_estimator_sizes(c, advantages)
 
   _check_choice("objective.name", c.objective.name, objectives.names())
   # The objective checks its own options (names, then values).
@@ -426,6 +523,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "a constant normaliser")
 
   _positive(c, "kl.beta", allow_zero=True)
+  _positive(c, "kl.beta_neg", allow_zero=True)
+  if c.kl.beta_neg > 0 and not c.kl.beta > 0:
+    _fail("kl.beta_neg", f"{c.kl.beta_neg!r} is set but kl.beta is 0 (no "
+          "reference model is kept)", "set --config.kl.beta > 0 (the "
+          "coefficient for A >= 0), or kl.beta_neg=0")
   _check_choice("kl.estimator", c.kl.estimator, kl.names())
 
   _positive(c, "optimizer.learning_rate", allow_zero=True)

@@ -3,15 +3,19 @@
 Every source is a `Dataset`: ``train(step, batch_size)`` gives the batch of
 training step `step`, a pure function of (seed, step), so a resumed run sees the
 same data in the same order; ``heldout(n)`` gives n evaluation examples that no
-training batch ever contains.
+training batch ever contains. A training example carries its stable
+``index`` in [0, ``num_problems``) (per-prompt trackers key on it), and
+``example(index)`` gives it back.
 
 | source            | train                          | heldout                  |
 |-------------------|--------------------------------|--------------------------|
 | `ArithmeticTask`  | fresh problems per step        | a hash-split of problems |
+| `SegmentTask`     | fresh multi-part problems      | a hash-split of problems |
 | `ListDataset`     | a seeded permutation per epoch | a fixed list             |
 
 The registered tasks (`TASKS`, a config's ``data.task``) build them:
-``arithmetic``, ``gsm8k`` and ``jsonl``.
+``arithmetic``, ``segments`` (multi-part problems with per-segment rewards;
+its metadata ``segments=True``), ``gsm8k`` and ``jsonl``.
 
 The answer format (a final ``\\boxed{}``, what `rewards.format_reward` checks)
 is asked for in `SYSTEM_PROMPT`; pass it to `format_prompt`. Questions are bare
@@ -182,10 +186,52 @@ class ArithmeticTask:
     """Whether the problem "`expression`" (e.g. "3 + 5") is held out."""
     return _unit_hash(expression) < self.heldout_fraction
 
+  def index(self, numbers: Sequence[int], ops: Sequence[str]) -> int:
+    """The problem's stable index in [0, num_problems): its operands, then
+    its operators, read as digits of a mixed-radix number."""
+    index = 0
+    for number in numbers:
+      index = index * 10**self.digits + int(number)
+    for op in ops:
+      index = index * len(self.ops) + self.ops.index(op)
+    return index
+
+  def train_indices(self) -> np.ndarray:
+    """[M] int64, the indices of the problems training may draw (those not
+    held out), ascending; the space must be small enough to enumerate."""
+    if self.num_problems > _ENUMERATE_LIMIT:
+      raise ValueError(
+          f"the task holds {self.num_problems} problems, more than "
+          f"{_ENUMERATE_LIMIT} to enumerate; lower digits or operands.")
+    return np.asarray([i for i in range(self.num_problems)
+                       if not self.is_heldout(_expression(*self._problem(i)))],
+                      np.int64)
+
+  def example(self, index: int) -> Example:
+    """The problem of `index` (the inverse of `index`), held out or not."""
+    if not 0 <= index < self.num_problems:
+      raise ValueError(
+          f"index={index!r} is outside [0, {self.num_problems}) (the "
+          "problems of this task).")
+    return self._example(*self._problem(index))
+
+  def _problem(self, index: int) -> Tuple[Tuple[int, ...], Tuple[str, ...]]:
+    """(numbers, ops) of `index` in [0, num_problems)."""
+    ops = []
+    for _ in range(self.operands - 1):
+      index, code = divmod(index, len(self.ops))
+      ops.append(self.ops[code])
+    numbers = []
+    for _ in range(self.operands):
+      index, number = divmod(index, 10**self.digits)
+      numbers.append(number)
+    return tuple(reversed(numbers)), tuple(reversed(ops))
+
   def _example(self, numbers, ops) -> Example:
     question = _with_instruction(f"What is {_expression(numbers, ops)}?",
                                  self.instruction)
-    return Example(question, str(_evaluate(numbers, ops)))
+    return Example(question, str(_evaluate(numbers, ops)),
+                   self.index(numbers, ops))
 
   def _draw(self, rng) -> Tuple[Tuple[int, ...], Tuple[str, ...]]:
     numbers = rng.integers(0, 10**self.digits, size=self.operands)
@@ -236,6 +282,100 @@ class ArithmeticTask:
     return examples
 
 
+class SegmentTask:
+  """Multi-part arithmetic problems, one ``\\boxed{}`` answer per part
+  (SD-GRPO's task), e.g. "Compute each: (a) 3 + 4 (b) 5 + 2. Give each
+  answer in its own \\boxed{}, in order." with the reference "7; 7".
+
+  A problem has 2 to `max_segments` parts (uniform), each an
+  `ArithmeticTask` problem; the reference joins the parts' answers with
+  `rewards.verifiers.SEGMENT_SEPARATOR`, so `verifiers.segment_scores`
+  rewards each box on its own and ``all_segments`` / ``segment_fraction``
+  give the holistic reward. A problem is held out when a hash of its text
+  falls below `heldout_fraction`; `max_segments` is S, the segment slots of
+  the rollout's group data. Each example carries its stable index in
+  [0, `num_problems`).
+  """
+
+  def __init__(self, digits: int = 1, ops: Sequence[str] = ("+",),
+               max_segments: int = 3, seed: int = 0, *,
+               heldout_fraction: float = 0.2):
+    """Args:
+      digits, ops: each part's operands and operators (`ArithmeticTask`).
+      max_segments: the most parts of a problem (>= 2).
+      seed: seeds the training stream (not the split).
+      heldout_fraction: share of the problems held out, in (0, 1).
+    """
+    if max_segments < 2:
+      raise ValueError(
+          f"max_segments must be >= 2 (a problem has 2 or more parts); got "
+          f"{max_segments!r}.")
+    self.part = ArithmeticTask(digits=digits, ops=ops, seed=seed,
+                               heldout_fraction=heldout_fraction)
+    self.max_segments, self.seed = max_segments, seed
+    self.heldout_fraction = heldout_fraction
+
+  def _draw(self, rng) -> Example:
+    parts = [self.part._draw(rng)  # pylint: disable=protected-access
+             for _ in range(int(rng.integers(2, self.max_segments + 1)))]
+    listed = " ".join(f"({chr(ord('a') + i)}) {_expression(*part)}"
+                      for i, part in enumerate(parts))
+    question = (f"Compute each: {listed}. Give each answer in its own "
+                "\\boxed{}, in order.")
+    from grpo_jax.rewards import verifiers  # pylint: disable=g-import-not-at-top
+    answer = f"{verifiers.SEGMENT_SEPARATOR} ".join(
+        str(_evaluate(*part)) for part in parts)
+    return Example(question, answer, self._index(parts))
+
+  @property
+  def num_problems(self) -> int:
+    """Size of the problem space: M**2 + ... + M**max_segments, M the
+    problems of one part."""
+    m = self.part.num_problems
+    return sum(m**k for k in range(2, self.max_segments + 1))
+
+  def _index(self, parts) -> int:
+    """A problem's stable index in [0, num_problems): the problems of fewer
+    parts first, then its parts' indices as digits in base M."""
+    m = self.part.num_problems
+    index = sum(m**k for k in range(2, len(parts)))
+    digits = 0
+    for part in parts:
+      digits = digits * m + self.part.index(*part)
+    return index + digits
+
+  def _is_heldout(self, example: Example) -> bool:
+    return _unit_hash("segments:" + example.question) < self.heldout_fraction
+
+  def train(self, step: int, batch_size: int) -> List[Example]:
+    """`batch_size` problems, none held out; a pure function of (seed,
+    step)."""
+    _check_step_and_size(step, batch_size)
+    rng = np.random.default_rng((self.seed, step))
+    batch = []
+    while len(batch) < batch_size:
+      example = self._draw(rng)
+      if not self._is_heldout(example):
+        batch.append(example)
+    return batch
+
+  def heldout(self, n: int) -> List[Example]:
+    """n distinct held-out problems, the same for every seed."""
+    if n <= 0:
+      raise ValueError(f"n must be positive; got {n!r}.")
+    rng, seen, examples = np.random.default_rng(0), set(), []
+    for _ in range(1000 * n):
+      example = self._draw(rng)
+      if example.question not in seen and self._is_heldout(example):
+        seen.add(example.question)
+        examples.append(example)
+        if len(examples) == n:
+          return examples
+    raise ValueError(
+        f"n={n}: only {len(examples)} distinct held-out problems found; "
+        "raise heldout_fraction, digits or max_segments.")
+
+
 class ListDataset:
   """A `Dataset` over fixed example lists (GSM8K, JSONL files).
 
@@ -248,9 +388,28 @@ class ListDataset:
                heldout_examples: Sequence[Example] = (), *, seed: int = 0):
     if not train_examples:
       raise ValueError("train_examples is empty.")
-    self.train_examples = list(train_examples)
+    # A training example's index is its position: stable for a given list.
+    self.train_examples = [example._replace(index=i)
+                           for i, example in enumerate(train_examples)]
     self.heldout_examples = list(heldout_examples)
     self.seed = seed
+
+  @property
+  def num_problems(self) -> int:
+    """The training examples (their indices are 0 .. num_problems - 1)."""
+    return len(self.train_examples)
+
+  def train_indices(self) -> np.ndarray:
+    """[M] int64, every training example's index."""
+    return np.arange(self.num_problems, dtype=np.int64)
+
+  def example(self, index: int) -> Example:
+    """The training example of `index`."""
+    if not 0 <= index < self.num_problems:
+      raise ValueError(
+          f"index={index!r} is outside [0, {self.num_problems}) (the "
+          "training examples).")
+    return self.train_examples[index]
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng((self.seed, epoch))
@@ -417,6 +576,16 @@ def arithmetic_task(*, seed: int = 0, digits: int = 1,
   """The embedded arithmetic task (`ArithmeticTask`), offline."""
   return ArithmeticTask(digits=digits, ops=tuple(ops), operands=operands,
                         seed=seed, heldout_fraction=heldout_fraction)
+
+
+@TASKS.register("segments", segments=True)
+def segments_task(*, seed: int = 0, digits: int = 1,
+                  ops: Sequence[str] = ("+",), max_segments: int = 3,
+                  heldout_fraction: float = 0.2) -> SegmentTask:
+  """Multi-part arithmetic, one boxed answer per part (`SegmentTask`):
+  the task with per-segment rewards (SD-GRPO), offline."""
+  return SegmentTask(digits=digits, ops=tuple(ops), max_segments=max_segments,
+                     seed=seed, heldout_fraction=heldout_fraction)
 
 
 @TASKS.register("gsm8k")

@@ -39,10 +39,28 @@ class GroupData(NamedTuple):
       parses (a class of its own); estimators compare ids for equality only.
     prompt_index: [P] int32, each prompt's `data.Example.index` (stable in
       its task), -1 where the task gives none.
+    segment_rewards: [P, G, S] float32, the reward of each segment of a
+      multi-part problem (`rewards.verifiers.segment_scores`: segment s is
+      the completion's s-th ``\\boxed{}``, 1 if it equals the s-th
+      sub-answer); S is the task's fixed ``max_segments``.
+    segment_valid: [P, G, S] bool, the segments the problem has (slots past
+      its number of parts are False).
+    segment_ids: [P, G, T] int32, the segment each completion token belongs
+      to, -1 for none (`rewards.verifiers.segment_token_ids`). A token map
+      is per row ([N, T] as rows p*G + g), but it is stored grouped, like
+      every other field, so that whatever selects, slices or permutes
+      groups and members (dynamic sampling's picks, the contract laws)
+      moves it with its rewards; an estimator reshapes it to [N, T] for
+      free.
+    greedy_rewards: [P, K] float32, the reward columns of one extra
+      completion of each prompt decoded greedily (temperature 0), scored but
+      never trained on: ReMax's baseline. The rollout samples it only for an
+      estimator that reads it.
 
-  The rollout fills every field; the last four are None in group data built
-  without them (`from_rewards` by default), and an estimator that reads one
-  names it in its metadata ``reads``.
+  The rollout fills every field (`greedy_rewards` and the segment fields
+  only for an estimator that reads them); the optional fields are None in
+  group data built without them (`from_rewards` by default), and an
+  estimator that reads one names it in its metadata ``reads``.
   """
   rewards: jnp.ndarray
   weights: jnp.ndarray
@@ -52,6 +70,10 @@ class GroupData(NamedTuple):
   entropies: Optional[jnp.ndarray] = None
   answer_ids: Optional[jnp.ndarray] = None
   prompt_index: Optional[jnp.ndarray] = None
+  segment_rewards: Optional[jnp.ndarray] = None
+  segment_valid: Optional[jnp.ndarray] = None
+  segment_ids: Optional[jnp.ndarray] = None
+  greedy_rewards: Optional[jnp.ndarray] = None
 
 
 def _as_pgk(rewards) -> jnp.ndarray:

@@ -78,6 +78,17 @@ class Round(NamedTuple):
   entropies: np.ndarray  # [P, G] float32, mean token entropy (GroupData)
   prompt_index: np.ndarray  # [P] int32, the examples' task indices
   answer_ids: Optional[np.ndarray] = None  # [P, G] int32, when read
+  # [P, K], the greedy row's rewards, when read (ReMax); it never trains.
+  greedy_rewards: Optional[np.ndarray] = None
+  # SD-GRPO's segment fields (`SEGMENT_FIELDS`), when read: [P, G, S]
+  # rewards and valid, [P, G, T] token segment ids.
+  segment_rewards: Optional[np.ndarray] = None
+  segment_valid: Optional[np.ndarray] = None
+  segment_ids: Optional[np.ndarray] = None
+
+
+# The GroupData fields `_segments` fills, for an estimator that reads them.
+SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
 
 
 class Sampler(NamedTuple):
@@ -91,6 +102,8 @@ class Sampler(NamedTuple):
   system_prompt: str
   eos_ids: Tuple[int, ...]
   pad_id: int
+  # Each member's own temperature [G] (MDP-GRPO); () = `temperature` for all.
+  member_temperatures: Tuple[float, ...] = ()
 
 
 class Pipeline(NamedTuple):
@@ -154,10 +167,10 @@ def decode_completions(tokenizer, tokens, lengths) -> list:
           for row, n in zip(np.asarray(tokens), np.asarray(lengths))]
 
 
-def _score(pipeline: Pipeline, examples, out):
-  """Verifier rewards [N, K_v] and error counts [K_v]; each process scores
-  its own block of prompts, then the blocks are gathered."""
-  g = pipeline.sampler.num_generations
+def _score(pipeline: Pipeline, examples, out, g: int):
+  """Verifier rewards [P*g, K_v] and error counts [K_v] of `g` rows per
+  prompt; each process scores its own block of prompts, then the blocks
+  are gathered."""
   block = sharding.process_rows(len(examples))
   rows = slice(block.start * g, block.stop * g)
   local = examples[block]
@@ -182,29 +195,51 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
                               system_prompt=s.system_prompt)
   prompt_tokens, prompt_mask = sampling.pad_prompts(
       prompt_ids, buckets=s.prompt_buckets, pad_id=s.pad_id)
+  # ReMax's greedy row (temperature 0) follows each prompt's G members:
+  # scored, its rewards kept as `greedy_rewards`, never trained on.
+  greedy_row = "greedy_rewards" in pipeline.components["advantage"].reads
+  members = member_temperatures(s, greedy_row=greedy_row)
+  w = members.size  # rows per prompt
   out = sharding.to_host(sampling.sample(
       params, pipeline.model_config, prompt_tokens, prompt_mask, key,
-      num_samples=g, max_new_tokens=t, temperature=s.temperature,
+      num_samples=w, max_new_tokens=t, temperature=np.tile(members, p),
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
       eos_ids=s.eos_ids, pad_id=s.pad_id))
-  verified, errors = _score(pipeline, examples, out)
+  verified, errors = _score(pipeline, examples, out, w)
   answer_ids = None
   if "answer_ids" in pipeline.components["advantage"].reads:
-    answer_ids = _answer_ids(pipeline, out, g)
+    # A member's class is the first member with its answer, never a later
+    # row: the greedy row changes no sampled member's id.
+    answer_ids = _answer_ids(pipeline, out, w)[:, :g]
+  segments = {}
+  if "segment_rewards" in pipeline.components["advantage"].reads:
+    segments = _segments(pipeline, examples, out, w)
   shaped = [np.asarray(fn(np.asarray(out.lengths)), np.float32)[:, None]
             for fn, _ in pipeline.shapers.values()]
-  grouped = lambda x: np.asarray(x).reshape((p, g) + np.shape(x)[1:])
+  every_row = lambda x: np.asarray(x).reshape((p, w) + np.shape(x)[1:])
+  grouped = lambda x: every_row(x)[:, :g]
+  rewards = every_row(np.concatenate(
+      [np.asarray(verified, np.float32)] + shaped, axis=-1))
   return Round(
       prompt_ids=prompt_ids, tokens=grouped(out.tokens),
       mask=grouped(np.asarray(out.mask, np.float32)),
       lengths=grouped(out.lengths), truncated=grouped(out.truncated),
       sampler_logp=grouped(out.tempered_logprobs),
-      rewards=grouped(np.concatenate(
-          [np.asarray(verified, np.float32)] + shaped, axis=-1)),
-      columns=pipeline.columns, errors=errors,
+      rewards=rewards[:, :g], columns=pipeline.columns, errors=errors,
       entropies=grouped(_row_mean(out.entropies, out.mask)),
       prompt_index=np.asarray([e.index for e in examples], np.int32),
-      answer_ids=answer_ids)
+      answer_ids=answer_ids,
+      greedy_rewards=rewards[:, g] if greedy_row else None, **segments)
+
+
+def member_temperatures(sampler: Sampler, *, greedy_row: bool = False
+                        ) -> np.ndarray:
+  """[G] float32 temperature of each group member (row p*G + g samples
+  at entry g): `Sampler.member_temperatures`, or the one temperature; with
+  `greedy_row` [G + 1], ReMax's greedy row (0) last."""
+  members = (list(sampler.member_temperatures)
+             or [sampler.temperature] * sampler.num_generations)
+  return np.asarray(members + [0.0] * greedy_row, np.float32)
 
 
 def _row_mean(values, mask) -> np.ndarray:
@@ -219,6 +254,39 @@ def _answer_ids(pipeline: Pipeline, out, g: int) -> np.ndarray:
   texts = decode_completions(pipeline.tokenizer, out.tokens, out.lengths)
   return np.asarray([verifiers_lib.answer_classes(texts[i:i + g])
                      for i in range(0, len(texts), g)], np.int32)
+
+
+def _segments(pipeline: Pipeline, examples, out, w: int) -> dict:
+  """SD-GRPO's `SEGMENT_FIELDS` of the G members of each prompt (of `w`
+  rows each), S the task's ``max_segments``: each box's reward
+  (`verifiers.segment_scores`) and the tokens each segment owns
+  (`verifiers.segment_token_ids`, by decoding prefixes, so any tokenizer
+  works); in this process, like `_answer_ids`."""
+  s, g = pipeline.sampler, pipeline.sampler.num_generations
+  num_segments = getattr(pipeline.task, "max_segments", 0)
+  if not num_segments:
+    raise ValueError(
+        "the advantage estimator reads GroupData.segment_rewards, but the "
+        "task has no segments; set --config.data.task=segments")
+  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  rewards, valid, ids = [], [], []
+  for row in range(len(examples) * w):
+    if row % w >= g:
+      continue  # ReMax's greedy row: scored, never trained on
+    n = int(lengths[row])
+    decode = lambda k, r=row: pipeline.tokenizer.decode(
+        list(tokens[r, :k]), skip_special_tokens=True)
+    r, v = verifiers_lib.segment_scores(
+        decode(n), examples[row // w].answer, max_segments=num_segments)
+    rewards.append(r)
+    valid.append(v)
+    ids.append(verifiers_lib.segment_token_ids(
+        decode, n, num_segments=int(v.sum()), max_tokens=s.max_new_tokens))
+  grouped = lambda x, dtype: np.asarray(x, dtype).reshape(
+      (len(examples), g) + np.shape(x)[1:])
+  return {"segment_rewards": grouped(rewards, np.float32),
+          "segment_valid": grouped(valid, bool),
+          "segment_ids": grouped(ids, np.int32)}
 
 
 def _gather(selected: strategies.Selected, field: str) -> np.ndarray:
@@ -270,7 +338,11 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
           (gather("sampler_logp") * gather("mask")).sum(-1), jnp.float32),
       entropies=jnp.asarray(gather("entropies"), jnp.float32),
       answer_ids=answer_ids,
-      prompt_index=jnp.asarray(gather("prompt_index"), jnp.int32))
+      prompt_index=jnp.asarray(gather("prompt_index"), jnp.int32),
+      greedy_rewards=None if selected.rounds[0].greedy_rewards is None
+      else jnp.asarray(gather("greedy_rewards"), jnp.float32),
+      **{field: jnp.asarray(gather(field)) for field in SEGMENT_FIELDS
+         if getattr(selected.rounds[0], field) is not None})
   adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
                                                      groups)
   n = p * g
@@ -342,7 +414,13 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
         sum(rnd.errors[k] for rnd in selected.rounds))
   # Every completion of every round, as the errors count: a function failed
   # on all of them when its errors equal this.
-  m["reward/scored"] = float(sum(rnd.lengths.size for rnd in selected.rounds))
+  m["reward/scored"] = float(sum(
+      rnd.lengths.size + (0 if rnd.greedy_rewards is None
+                          else rnd.greedy_rewards.shape[0])
+      for rnd in selected.rounds))
+  if first.greedy_rewards is not None:
+    m["reward/greedy_total"] = float((first.greedy_rewards * weights)
+                                     .sum(-1).mean())
   if batch.old_logp is not None:  # on policy the update measures it
     sampled = np.asarray(batch.input_mask)[:, -batch.old_logp.shape[1]:]
     m["logprob/sampler_trainer_max_abs_diff"] = float(
@@ -401,6 +479,10 @@ def from_config(config, model_config, tokenizer, components=None):
       name, **{k: v for k, v in options.items() if k != "weight"}),
                     float(options["weight"]))
              for name, options in config.rewards.shapers.items()}
+  # The trainer scores each row at its member's temperature (row p*G + g).
+  row_temperatures = (np.tile(np.asarray(r.member_temperatures, np.float32),
+                              r.num_prompts)
+                      if len(r.member_temperatures) else r.temperature)
   pipeline = Pipeline(
       num_prompts=r.num_prompts,
       sampler=Sampler(
@@ -408,7 +490,9 @@ def from_config(config, model_config, tokenizer, components=None):
           temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
           prompt_buckets=tuple(config.data.prompt_buckets),
           system_prompt=config.data.system_prompt, eos_ids=tuple(eos_ids),
-          pad_id=pad_id),
+          pad_id=pad_id,
+          member_temperatures=tuple(float(x)
+                                    for x in r.member_temperatures)),
       model_config=model_config, tokenizer=tokenizer,
       task=data.make_task(config.data, seed=config.seed),
       format_prompt=data.format_prompt,
@@ -423,7 +507,7 @@ def from_config(config, model_config, tokenizer, components=None):
       components=components or make_components(config),
       assemble=functools.partial(
           batch_lib.assemble_batch, model_config=model_config,
-          temperature=r.temperature, chunk_size=config.train.chunk_size,
+          temperature=row_temperatures, chunk_size=config.train.chunk_size,
           logprob_batch_size=config.train.logprob_batch_size,
           beta=float(config.kl.beta), on_policy=is_on_policy(config)))
   return functools.partial(generate, pipeline=pipeline)

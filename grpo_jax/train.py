@@ -371,13 +371,19 @@ def make_components(config) -> dict:
   """Every component of a config, built once, by the name its state has in
   ``TrainState.states``: the rollout's stages (`rollout.STAGES`: select,
   groups, advantage, credit, rows), ``objective`` and each regulariser
-  (``kl`` when ``kl.beta > 0``, aggregated like the objective)."""
+  (``kl`` when ``kl.beta > 0``, ``asymmetric_kl`` with ``kl.beta_neg >
+  0`` too, aggregated like the objective)."""
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
   components = dict(rollout_lib.make_components(config), objective=objective)
   if config.kl.beta > 0:
-    components["kl"] = regularisers_lib.make(
-        "kl", beta=float(config.kl.beta), estimator=config.kl.estimator,
+    # kl.beta_neg > 0: MDP-GRPO's asymmetric KL, kl.beta on tokens of A >= 0.
+    name, betas = (("asymmetric_kl", dict(beta_pos=float(config.kl.beta),
+                                          beta_neg=float(config.kl.beta_neg)))
+                   if config.kl.get("beta_neg", 0.0) > 0
+                   else ("kl", dict(beta=float(config.kl.beta))))
+    components[name] = regularisers_lib.make(
+        name, estimator=config.kl.estimator, **betas,
         aggregation=objective.aggregation, horizon=objective.horizon)
   return components
 

@@ -1,6 +1,9 @@
 """Test-wide JAX settings: strict shapes, cheap compiles, float32 exactness."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Compile time dominates tiny-shape tests on two cores.
 os.environ.setdefault("XLA_FLAGS", "")
@@ -8,6 +11,15 @@ os.environ.setdefault("XLA_FLAGS", "")
 # imported. Every other test still runs on device 0 (jax's default).
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+# One persistent compilation cache for the session, subprocesses included
+# (they inherit the environment; jax reads these variables at import): the
+# tiny model's programs, the same in many tests, compile once.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="grpo_jax_test_xla_")
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE,
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
 import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -8,6 +8,7 @@ import pytest
 from grpo_jax import advantages
 from grpo_jax import groups
 from grpo_jax import testing
+from grpo_jax.testing import estimator_laws as laws
 
 # One group with signal, one without.
 REWARDS = np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
@@ -193,7 +194,12 @@ def test_collapse_rate_is_the_share_of_all_zero_groups():
   zero_for_constant = [name for name in advantages.names()
                        if advantages.meta(name)["constant_group_zero"]]
   for weights in ([1.0, 0.0], [1.0, 0.5], [0.5, 2.0]):
-    data = groups.from_rewards(SIGNAL_REWARDS, weights)
+    # Nonempty completions (EDGE-GRPO gives an empty one 0), and every
+    # field an estimator may read (entropies, answer ids, ...).
+    data = groups.from_rewards(SIGNAL_REWARDS, weights,
+                               lengths=np.full(SIGNAL_REWARDS.shape[:2], 4))
+    data = data._replace(**laws.group_fields(
+        jax.random.PRNGKey(0), data.rewards, data.lengths))
     for name in zero_for_constant:
       estimator = advantages.make(name)
       adv, _ = estimator.estimate(estimator.init(), data)

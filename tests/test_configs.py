@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax import data
+from grpo_jax import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = sorted(
@@ -205,3 +207,26 @@ def test_cli_rejects_invalid_value_naming_the_field(tmp_path):
   assert result.returncode != 0
   assert "config.rollout.num_generations" in result.stderr
   assert not os.path.exists(os.path.join(tmp_path, "metrics.jsonl"))
+
+
+def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
+  """experiments/compare.py's task: one-digit +, -, * with 200 distinct
+  held-out problems none of which training draws; an SD-GRPO config keeps
+  its own task; the after-accuracy is read from the run's last evaluation
+  (steps counted from 1)."""
+  from experiments import compare  # pylint: disable=g-import-not-at-top
+  config = compare.comparison_config("quickstart")
+  assert config.data.ops == ("+", "-", "*") and config.eval.every == 40
+  task = data.make_task(config.data, seed=0)
+  heldout = {e.question for e in task.heldout(200)}
+  assert len(heldout) == 200
+  assert not heldout & {e.question for step in range(40)
+                        for e in task.train(step, 8)}
+  assert compare.comparison_config("sd_grpo").data.task == "segments"
+  writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
+  writer.write(19, {"eval/greedy_accuracy": 0.5, "loss": 1.0})
+  writer.write(20, {"loss": 1.0})
+  writer.write(39, {"eval/greedy_accuracy": 0.625})
+  writer.close()
+  assert compare.last_accuracy(str(tmp_path)) == (40, 0.625)
+  assert compare.last_accuracy(str(tmp_path / "missing")) is None

@@ -122,7 +122,8 @@ def test_system_prompt_asks_for_the_rewarded_format():
 
 
 def _examples(n):
-  return [data.Example(f"q{i}", str(i)) for i in range(n)]
+  # Indexed as ListDataset indexes its training examples: by position.
+  return [data.Example(f"q{i}", str(i), i) for i in range(n)]
 
 
 def test_list_dataset_epochs_are_permutations():

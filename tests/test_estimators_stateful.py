@@ -1,12 +1,11 @@
 """The stateful estimators EBPO and AVSPO (grpo_jax.advantages.stateful):
 hand-derived and from-scratch float64 values, their state through a
 checkpoint and a resumed run, a state of other shapes refused on restore,
-their configs' one-step runs, and an off-policy learning test each."""
+and an off-policy learning test each (every estimator config's one-step
+run is in tests/test_estimators_stateless.py)."""
 
-import os
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,16 +13,12 @@ import pytest
 from configs import avspo as avspo_config
 from configs import ebpo as ebpo_config
 from grpo_jax import advantages
-from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint
 from grpo_jax import groups as groups_lib
-from grpo_jax import measures
-from grpo_jax import metrics
-from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import optim
-from grpo_jax import sampling
 from grpo_jax import testing
+from grpo_jax.testing import learning
 from grpo_jax import train
 from grpo_jax.advantages import _kit
 from grpo_jax.advantages import stateful
@@ -408,37 +403,13 @@ def tiny_config(name):
   return config
 
 
-class Crash(Exception):
-  pass
-
-
-def without_timing(records):
-  return [{k: v for k, v in r.items()
-           if not k.startswith("time/") and "per_s" not in k}
-          for r in records]
-
-
 @pytest.mark.parametrize("name", ["ebpo", "avspo"])
 def test_resume_continues_the_estimator_state_exactly(tmp_path, name):
   """Crash after step 2's metrics, resume from checkpoint 2: the final
   state (the estimator's included) and every metric equal an
   uninterrupted run's, bit for bit."""
   config = tiny_config(name)
-  run = train.build(config)
-  straight = train.train(config, str(tmp_path / "a"), run=run)
-
-  def crash_at_step_2(step, record):
-    if step == 2:
-      raise Crash()
-
-  with pytest.raises(Crash):
-    train.train(config, str(tmp_path / "b"), run=run, callback=crash_at_step_2)
-  resumed = train.train(config, str(tmp_path / "b"), run=run)
-  testing.assert_close(resumed, straight, rtol=0, atol=0)
-  a = metrics.read(str(tmp_path / "a" / metrics.METRICS_FILE))
-  b = metrics.read(str(tmp_path / "b" / metrics.METRICS_FILE))
-  assert [r["step"] for r in b] == [0, 1, 2, 3]
-  assert without_timing(a) == without_timing(b)
+  straight, records = testing.check_resume_is_exact(config, str(tmp_path))
   state = straight.states["advantage"]
   rows = config.rollout.num_prompts * config.rollout.num_generations
   if name == "ebpo":
@@ -448,76 +419,18 @@ def test_resume_continues_the_estimator_state_exactly(tmp_path, name):
     # Every tiny-model group fails alike, so the gate opens at step 3 only:
     # a state reset at the resume would keep it shut.
     testing.assert_close(state.acr_ema, np.float32(1 - 0.9**4))
-    abs_mean = [r["advantage/abs_mean"] for r in a]
+    abs_mean = [r["advantage/abs_mean"] for r in records]
     assert abs_mean[:3] == [0.0] * 3 and abs_mean[3] > 0.4
-
-
-@pytest.mark.parametrize("name", ["ebpo", "avspo"])
-def test_config_runs_one_step(tmp_path, name):
-  config = CONFIGS[name].get_config("tiny")
-  assert config.advantage.name == name
-  assert CONFIGS[name].get_config().model.name == "smollm2-135m-instruct"
-  config.train.num_steps = 1
-  config.metrics.tensorboard = False
-  config.metrics.plot = False
-  state = train.train(config, str(tmp_path))
-  [record] = metrics.read(str(tmp_path / metrics.METRICS_FILE))
-  assert np.isfinite(record["loss"]) and record["skipped_updates"] == 0
-  rows = config.rollout.num_prompts * config.rollout.num_generations
-  if name == "ebpo":
-    assert float(state.states["advantage"].rewards.count) == rows
-  else:
-    assert float(state.states["advantage"].acr_ema) == pytest.approx(
-        0.1 * record["advantage/collapse_rate"])
-  assert os.path.isdir(tmp_path / "checkpoints" / "1")
 
 
 # ------------------------------------------------------------ learning
 
-VOCAB = 8
-TARGET = 5
 
-
-def learn(name, options, *, steps=25, prompts=2, group=4, t=4, lr=5e-2):
-  """Rewards of a short off-policy run (2 optimiser steps per batch) where
-  reward = share of TARGET tokens emitted and the advantages come from the
-  estimator `name`, its state carried from step to step. Also returns the
-  number of collapsed groups that got a nonzero advantage."""
-  config = models.ModelConfig(
-      model_type="llama", vocab_size=VOCAB, hidden_size=16,
-      intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-      head_dim=8, tie_word_embeddings=True)
-  params = models.init_params(config, jax.random.PRNGKey(0))
-  optimizer = optim.make_optimizer(learning_rate=lr)
-  objective = objectives.make("ppo_clip", aggregation="token_mean")
-  estimator = advantages.make(name, **options)
-  update = train.make_update_fn(model_config=config, optimizer=optimizer,
-                                objective=objective, chunk_size=16)
-  state = train.init_state(params, optimizer, seed=0, components={
-      "objective": objective, "advantage": estimator})
-  prompt_tokens = jnp.array([[1, 2, 3], [3, 2, 1]], jnp.int32)[:prompts]
-  prompt_mask = jnp.ones_like(prompt_tokens)
-  history, lifted = [], 0
-  for step in range(steps):
-    out = sampling.sample(
-        state.params, config, prompt_tokens, prompt_mask,
-        jax.random.fold_in(state.key, step), num_samples=group,
-        max_new_tokens=t, temperature=1.0, eos_ids=(), pad_id=0)
-    reward = (out.tokens == TARGET).mean(axis=-1).reshape(prompts, group)
-    history.append(float(reward.mean()))
-    adv, adv_state = estimator.estimate(state.states["advantage"],
-                                        groups_lib.from_rewards(reward))
-    collapsed = ~groups_lib.has_signal(reward)
-    lifted += int((collapsed & (jnp.abs(adv).max(-1) > 0)).sum())
-    state = state._replace(states=dict(state.states, advantage=adv_state))
-    batch = batch_lib.assemble_batch(
-        state.params, None, prompt_tokens, prompt_mask, out.tokens, out.mask,
-        out.mask, adv.reshape(-1), model_config=config, temperature=1.0,
-        chunk_size=16)
-    for minibatch in train.minibatches(batch, 2):
-      state, m = update(state, minibatch)
-      assert measures.values(m)["skipped_updates"] == 0.0
-  return history, lifted
+def lifted(reward, adv, records):
+  """How many collapsed groups got a nonzero advantage."""
+  del records
+  collapsed = ~groups_lib.has_signal(reward)
+  return int((collapsed & (jnp.abs(adv).max(-1) > 0)).sum())
 
 
 @pytest.mark.parametrize("name,options", [
@@ -526,9 +439,8 @@ def learn(name, options, *, steps=25, prompts=2, group=4, t=4, lr=5e-2):
     ("avspo", {"momentum": 0.0, "acr_threshold": 0.0}),
 ])
 def test_estimator_learns_a_trivial_task_off_policy(name, options):
-  history, lifted = learn(name, options)
-  start, end = np.mean(history[:3]), np.mean(history[-3:])
-  # Uniform over 8 tokens: ~1/8 of tokens are TARGET at the start.
-  assert start < 0.35, history
-  assert end > start + 0.3, history
-  assert lifted > 0  # all-equal groups got a signal
+  """The estimator's state is carried from step to step."""
+  history, counts = learning.learn_trivial_task(
+      advantages.make(name, **options), on_step=lifted)
+  learning.check_learned(history)
+  assert sum(counts) > 0  # all-equal groups got a signal

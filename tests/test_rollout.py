@@ -339,7 +339,8 @@ def test_make_task_reads_the_registered_task():
   task = data.make_task(config.data, seed=3)
   assert isinstance(task, data.ArithmeticTask)
   assert (task.digits, task.ops, task.seed) == (2, ("+", "*"), 3)
-  assert set(data.TASKS.names()) == {"arithmetic", "gsm8k", "jsonl"}
+  assert set(data.TASKS.names()) == {"arithmetic", "gsm8k", "jsonl",
+                                     "segments"}
   config.data.task = "nope"
   with pytest.raises(ValueError, match="arithmetic, gsm8k, jsonl"):
     data.make_task(config.data, seed=0)

@@ -14,6 +14,16 @@
 | ``reinforce_plus_plus_baseline`` | PG    | (R - mean_g R) whitened likewise                  | arXiv 2501.03262 |
 | ``opo``                          | PG    | R - sum_g L_g R_g / sum_g L_g (length-weighted)   | arXiv 2505.23585 |
 | ``pass_at_k``                    | PG    | best member (R_max - R_2nd) / std, others 0       | arXiv 2503.19595 |
+| ``ngrpo``                        | PG    | grpo over R and m virtual r_max members           | arXiv 2509.18851 |
+| ``seed_grpo``                    | PG    | grpo (1 - alpha SE/SE_max), SE of answer classes  | arXiv 2505.12346 |
+| ``lampo``                        | PG    | sum_j w_ij (R_i - R_j)/(G-1), w_ij by logp gaps   | LamPO, LambdaPO  |
+| ``edge_grpo``                    | PG    | grpo * mean(H) / H_i, H the mean token entropy    | arXiv 2507.21848 |
+| ``spo``                          | PG    | (R - v_x) normalised over the batch, v_x tracked  | SPO (002 para 7) |
+| ``riskpo``                       | PG    | mixed RVaR + CVaR of bundle papers, quantiles     | RiskPO (002 p 3) |
+| ``mdp_grpo``                     | PG    | clip(v((1-m) z + m (R - c)/s)), v prospect value  | MDP-GRPO (recon) |
+| ``remax``                        | PG    | R - R_greedy, a greedy completion's reward        | arXiv 2310.10505 |
+| ``gpg``                          | PG    | (B / #rows R != 0) (R - mean_g R) / f_norm        | arXiv 2504.02546 |
+| ``sd_grpo``                      | PG    | token: z_g of each segment's reward, by seg_ids   | SD-GRPO (000 25) |
 
 The pure functions (one per row, named as in it, and `multi_reward`,
 `collapse_rate`) are the public API. A PG estimator sees R = sum_k w_k R_k
@@ -33,14 +43,15 @@ metadata also says which rewards it takes (``reward_range``,
 ``min_reward_columns``): `check_reward_columns` holds a config's reward
 columns to them before any compute.
 
-A stateful estimator (``ebpo``, ``avspo``) declares its state with
-``state=_kit.StateSpec(init=...)``: its function takes the state after the
+A stateful estimator (``ebpo``, ``avspo``, ``spo``, ``riskpo``) declares
+its state with ``state=_kit.StateSpec(init=...)``: its function takes the state after the
 rewards and returns ``(advantages, new_state)``, and ``init``'s keyword
 options are options of the estimator too.
 """
 
 import functools
 import inspect
+import math
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import jax.numpy as jnp
@@ -48,18 +59,27 @@ import jax.numpy as jnp
 from grpo_jax import groups as groups_lib
 from grpo_jax.advantages import _kit
 from grpo_jax.advantages._kit import ESTIMATORS
+from grpo_jax.advantages.baselines import gpg, mdp_grpo, remax
 from grpo_jax.advantages.batch_coupled import (bnpo, reinforce_plus_plus,
                                                reinforce_plus_plus_baseline)
 from grpo_jax.advantages.group import (SCALES, dr_grpo, grpo, opo, pass_at_k,
                                        rloo)
 from grpo_jax.advantages.multi_reward import (MULTI_REWARD_MODES, dvao, gdpo,
                                               multi_reward)
+from grpo_jax.advantages.reshaped import edge_grpo, lampo, ngrpo, seed_grpo
+from grpo_jax.advantages.segments import sd_grpo
 from grpo_jax.advantages.stateful import (AVSPOState, EBPOState, avspo,
                                           ebpo)
+from grpo_jax.advantages.trackers import (RiskPOState, SPOState, riskpo,
+                                          spo)
 from grpo_jax.groups import GroupData, collapse_rate
 
 __all__ = [
+    "gpg", "mdp_grpo", "remax",
     "AVSPOState", "EBPOState", "avspo", "ebpo",
+    "RiskPOState", "SPOState", "riskpo", "spo",
+    "edge_grpo", "lampo", "ngrpo", "seed_grpo",
+    "sd_grpo",
     "bnpo", "check_reward_columns", "dvao", "opo", "pass_at_k",
     "reinforce_plus_plus", "reinforce_plus_plus_baseline",
     "ESTIMATORS", "Estimator", "GroupData", "MULTI_REWARD_MODES", "SCALES",
@@ -223,8 +243,11 @@ def check_reward_columns(name: str, options: Mapping[str, Any], *,
   if not outside:
     return
   low, high = (min(r[0] for _, r in reached), max(r[1] for _, r in reached))
+  options_of = set(ESTIMATORS.options(name))
   fix = (f"set --config.advantage.kwargs.r_min={low:g} and r_max={high:g}"
-         if {"r_min", "r_max"} <= set(ESTIMATORS.options(name))
+         if {"r_min", "r_max"} <= options_of
+         else f"set --config.advantage.kwargs.r_max={high:g}"
+         if "r_max" in options_of and lo == -math.inf  # NGRPO: no r_min
          else "rescale the rewards")
   raise ValueError(f"{needs}, but {'; '.join(outside)}; {fix}, or {change}")
 
@@ -236,5 +259,6 @@ _RANGE_OF = {"columns": ("each reward column", "drop that reward"),
 
 def _within(inner: Tuple[float, float], outer: Tuple[float, float]) -> bool:
   # A relative slack: 1 + 0.1 may round just above an r_max of 1.1.
-  slack = 1e-9 * max(1.0, abs(outer[0]), abs(outer[1]))
+  # An infinite end (NGRPO's domain is (-inf, r_max]) sets no scale.
+  slack = 1e-9 * max([1.0] + [abs(x) for x in outer if math.isfinite(x)])
   return inner[0] >= outer[0] - slack and inner[1] <= outer[1] + slack

@@ -11,11 +11,12 @@ diagnostics). Token-level objectives take ``aggregation`` and ``horizon``;
 sequence-level ones (`gspo`, `gmpo`) average one term per row with tokens.
 
 Families: `clipped` (ppo_clip, gspo, gspo_token, gmpo, cispo), `soft` (cfpo,
-sapo, reinforce), `penalised` (r2vpo and its dual state). Each registers in
-`OBJECTIVES` with its metadata (level, mechanism, paper, example options,
-state, pre-pass); `make(name, **options)` returns the bound `Objective`
-record the trainer drives. `regularisers` holds the terms added to any
-objective (KL). The math and its sources are in OBJECTIVES.md.
+sapo, reinforce, gpg), `penalised` (r2vpo and its dual state). Each
+registers in `OBJECTIVES` with its metadata (level, mechanism, paper,
+example options, state, pre-pass); `make(name, **options)` returns the
+bound `Objective` record the trainer drives. `regularisers` holds the terms
+added to any objective (KL, MDP-GRPO's asymmetric KL). The math and its
+sources are in OBJECTIVES.md.
 
 A new objective is one function in a family file with the decorator:
 
@@ -51,6 +52,7 @@ from grpo_jax.objectives.record import make
 from grpo_jax.objectives.record import Objective
 from grpo_jax.objectives.record import SEQUENCE_AGGREGATION
 from grpo_jax.objectives.soft import cfpo
+from grpo_jax.objectives.soft import gpg
 from grpo_jax.objectives.soft import reinforce
 from grpo_jax.objectives.soft import SAPO_GATE_THRESHOLD
 from grpo_jax.objectives.soft import sapo

@@ -120,3 +120,27 @@ def reinforce(logp, old_logp, advantages, mask, *,
   return _kit.token_objective(-batch.advantages * batch.logp, batch,
                               aggregation=aggregation, horizon=horizon,
                               clipped=jnp.zeros_like(batch.mask, bool))
+
+
+@OBJECTIVES.register(
+    level="token", mechanism=None, paper="arXiv 2504.02546",
+    examples=({}, {"aggregation": "seq_mean_token_mean"}))
+def gpg(logp, old_logp, advantages, mask, *, aggregation="token_mean",
+        horizon=None):
+  """GPG's policy gradient: L = -A * logp, aggregated over tokens.
+
+  Group Policy Gradient (arXiv 2504.02546; verl's ``gpg`` loss): plain
+  REINFORCE with no ratio, no clip and no KL, its advantages from the
+  ``gpg`` estimator, which carries the rescaling. `reinforce` with verl's
+  default ``token_mean`` aggregation. `old_logp` only feeds the
+  diagnostics. clip_fraction: 0.
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    aggregation, horizon: see `aggregation.sum_and_count`.
+
+  Returns:
+    (loss, ObjectiveAux).
+  """
+  return reinforce(logp, old_logp, advantages, mask, aggregation=aggregation,
+                   horizon=horizon)

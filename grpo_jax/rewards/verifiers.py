@@ -17,11 +17,18 @@ timeout; a function that needs the whole batch at once runs with
 |---------------|-----------------------------------------------------|
 | ``accuracy``  | 1 if math-verify finds the reference answer, else 0 |
 | ``format``    | 1 if the completion ends with ``\\boxed{...}``       |
+| ``all_segments``     | 1 if every sub-answer (one ``\\boxed{}`` each) is right |
+| ``segment_fraction`` | the share of the sub-answers that are right          |
+
+The per-segment rewards of a multi-part problem (SD-GRPO's, `segment_scores`)
+and the tokens each segment owns (`segment_token_ids`) are not reward
+columns: the rollout computes them beside the columns when the estimator
+reads them.
 """
 
 import re
 import threading
-from typing import Callable, List, Sequence
+from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -233,3 +240,155 @@ def format_reward(prompts: Sequence[str], completions: Sequence[str],
   """
   check_batch(prompts, completions, answers)
   return [float(_BOXED_AT_END.search(c) is not None) for c in completions]
+
+
+# ----------------------------------------------- segments (SD-GRPO's task)
+
+# Joins the sub-answers of a multi-part reference ("7; 12"): `data`'s
+# segments task writes it, `reference_segments` reads it.
+SEGMENT_SEPARATOR = ";"
+
+
+def reference_segments(answer: str) -> List[str]:
+  """The sub-answers of a multi-part reference, in order ("7; 12" ->
+  ["7", "12"]); a reference without `SEGMENT_SEPARATOR` is one segment."""
+  return [part.strip() for part in answer.split(SEGMENT_SEPARATOR)]
+
+
+def boxed_answers(text: str) -> List[Tuple[int, str]]:
+  """Every complete ``\\boxed{...}`` of `text`, in order, as (the index just
+  past its closing brace, its content). Braces nest to any depth; a box
+  still open at the end of `text` is not counted."""
+  found, start = [], text.find("\\boxed{")
+  while start != -1:
+    depth, i = 1, start + len("\\boxed{")
+    while i < len(text) and depth:
+      depth += {"{": 1, "}": -1}.get(text[i], 0)
+      i += 1
+    if depth:
+      break  # unclosed: nothing after it is a complete box either
+    found.append((i, text[start + len("\\boxed{"):i - 1]))
+    start = text.find("\\boxed{", i)
+  return found
+
+
+def segment_scores(completion: str, answer: str, *, max_segments: int
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+  """Per-segment rewards of one completion of a multi-part problem.
+
+  Segment s is the completion's s-th ``\\boxed{}``; it earns 1 if its
+  content equals the s-th sub-answer of `answer` (`answer_is_correct`, so
+  ``3 + 4`` does not count for 7), else 0. A missing box is a wrong answer
+  (0, valid): only the problem's own sub-problems are valid segments, so
+  every member of a group has the same valid segments.
+
+  Args:
+    completion: the model's text.
+    answer: the reference, sub-answers joined by `SEGMENT_SEPARATOR`.
+    max_segments: S, the fixed number of segment slots.
+
+  Returns:
+    (rewards [S] float32, valid [S] bool); valid is True for the first
+    min(#sub-answers, S) slots.
+  """
+  parts = reference_segments(answer)[:max_segments]
+  boxes = boxed_answers(completion)
+  rewards = np.zeros((max_segments,), np.float32)
+  valid = np.zeros((max_segments,), bool)
+  for s, reference in enumerate(parts):
+    valid[s] = True
+    if s < len(boxes):
+      rewards[s] = float(answer_is_correct(f"\\boxed{{{boxes[s][1]}}}",
+                                           reference))
+  return rewards, valid
+
+
+def segment_token_ids(decode_prefix: Callable[[int], str], length: int, *,
+                      num_segments: int, max_tokens: int) -> np.ndarray:
+  """[T] int32: the segment each completion token belongs to, -1 for none.
+
+  Segment s owns the tokens from the end of box s-1 (the completion's start
+  for s = 0) up to and including the token that closes box s: the reasoning
+  for a sub-problem belongs to its answer. Where the completion gives fewer
+  boxes than `num_segments`, the tokens after its last box belong to the
+  first unanswered segment (its failed attempt); tokens after the last
+  segment's box, and padding (t >= length), get -1.
+
+  Token boundaries come from decoding prefixes, ``decode_prefix(k)`` the
+  text of the first k tokens, so any tokenizer works (offsets or not,
+  byte-level or character-level): box s closes at the first k whose prefix
+  holds s + 1 complete boxes, found by bisection (a prefix never holds more
+  complete boxes than a longer one).
+
+  Args:
+    decode_prefix: k -> the decoded text of the completion's first k tokens.
+    length: the completion's length in tokens.
+    num_segments: the problem's segments (its valid slots).
+    max_tokens: T, the padded completion length.
+
+  Returns:
+    [T] int32 segment ids.
+  """
+  ids = np.full((max_tokens,), -1, np.int32)
+  if length <= 0 or num_segments <= 0:
+    return ids
+  count = lambda k: len(boxed_answers(decode_prefix(k)))
+  boxes = min(count(length), num_segments)
+  start = 0
+  for s in range(boxes):
+    lo, hi = start + 1, length  # the first k in [lo, hi] with count(k) > s
+    while lo < hi:
+      mid = (lo + hi) // 2
+      lo, hi = (lo, mid) if count(mid) > s else (mid + 1, hi)
+    ids[start:lo] = s
+    start = lo
+  if boxes < num_segments:
+    ids[start:length] = boxes
+  return ids
+
+
+def _segment_results(completions, answers, *, all_correct: bool) -> list:
+  out = []
+  for completion, answer in zip(completions, answers):
+    parts = reference_segments(answer)
+    rewards, _ = segment_scores(completion, answer, max_segments=len(parts))
+    out.append(float(rewards.min() if all_correct else rewards.mean()))
+  return out
+
+
+@VERIFIERS.register(range=(0.0, 1.0))
+def all_segments(prompts: Sequence[str], completions: Sequence[str],
+                 answers: Sequence[str]) -> list:
+  """1.0 where every sub-answer of a multi-part problem is right (its s-th
+  ``\\boxed{}`` equals the s-th sub-answer, `segment_scores`), else 0.0:
+  the holistic reward of SD-GRPO's task.
+
+  Args:
+    prompts: N prompts (unused).
+    completions: N completion texts.
+    answers: N references, sub-answers joined by `SEGMENT_SEPARATOR`.
+
+  Returns:
+    N floats in {0, 1}.
+  """
+  check_batch(prompts, completions, answers)
+  return _segment_results(completions, answers, all_correct=True)
+
+
+@VERIFIERS.register(range=(0.0, 1.0))
+def segment_fraction(prompts: Sequence[str], completions: Sequence[str],
+                     answers: Sequence[str]) -> list:
+  """The share of a multi-part problem's sub-answers that are right
+  (`segment_scores`): the mean of the segment rewards, a holistic reward
+  with partial credit.
+
+  Args:
+    prompts: N prompts (unused).
+    completions: N completion texts.
+    answers: N references, sub-answers joined by `SEGMENT_SEPARATOR`.
+
+  Returns:
+    N floats in [0, 1].
+  """
+  check_batch(prompts, completions, answers)
+  return _segment_results(completions, answers, all_correct=False)

@@ -94,6 +94,10 @@ def _exit_on_sigterm_from(parent: int) -> None:
       os._exit(signal.SIGTERM)
 
 
+def _ignore_signal(signum, frame) -> None:
+  del signum, frame
+
+
 def _init_worker() -> None:
   # A reward that uses jax computes on the CPU: the accelerator belongs to
   # the trainer (a TPU opens in one process only).
@@ -103,6 +107,11 @@ def _init_worker() -> None:
   # SIGTERM waits, blocked, for a thread that ends the worker only when the
   # pool (the parent) sent it; a job-wide SIGTERM is the trainer's to act on.
   signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+  # A thread started before this one (pebble's, a library's) still takes
+  # SIGTERM: pebble's handler would end the worker whoever sent it, so the
+  # handler does nothing. (Should the pool's own SIGTERM land there, pebble
+  # kills the worker a few seconds later.)
+  signal.signal(signal.SIGTERM, _ignore_signal)
   threading.Thread(target=_exit_on_sigterm_from, args=(os.getppid(),),
                    daemon=True).start()
 

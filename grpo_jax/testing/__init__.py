@@ -181,3 +181,45 @@ def save_tiny_hub_cache(cache_dir, repo_id: str, *, revision: str = "main",
   (repo / "refs").mkdir(parents=True, exist_ok=True)
   (repo / "refs" / revision).write_text(commit)
   return snapshot, model
+
+
+def without_timing(records):
+  """Metric records without their wall-clock entries (time/*, *per_s*)."""
+  return [{k: v for k, v in r.items()
+           if not k.startswith("time/") and "per_s" not in k}
+          for r in records]
+
+
+class _Crash(Exception):
+  pass
+
+
+def check_resume_is_exact(config, workdir, *, crash_at: int = 2):
+  """Trains `config` straight through in ``workdir/a``, and in ``workdir/b``
+  crashes after step `crash_at`'s metrics (before its checkpoint) and
+  resumes: the final states and every metric but timing are equal, bit for
+  bit, and each step is recorded once. Returns (the straight run's state,
+  its metric records)."""
+  import os  # pylint: disable=g-import-not-at-top
+  from grpo_jax import metrics  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
+  a, b = os.path.join(workdir, "a"), os.path.join(workdir, "b")
+  run = train.build(config)
+  straight = train.train(config, a, run=run)
+
+  def crash(step, record):
+    del record
+    if step == crash_at:
+      raise _Crash()
+
+  try:
+    train.train(config, b, run=run, callback=crash)
+    raise AssertionError(f"no crash at step {crash_at}")
+  except _Crash:
+    pass
+  assert_close(train.train(config, b, run=run), straight, rtol=0, atol=0)
+  records = metrics.read(os.path.join(a, metrics.METRICS_FILE))
+  resumed = metrics.read(os.path.join(b, metrics.METRICS_FILE))
+  assert [r["step"] for r in resumed] == list(range(config.train.num_steps))
+  assert without_timing(records) == without_timing(resumed)
+  return straight, records

@@ -30,15 +30,44 @@ def estimator_groups(key, *, p: int = 4, g: int = 4, k: int = 2,
                       rewards)
   weights = jnp.asarray([1.0] + [0.5] * (k - 1), jnp.float32)
   lengths = jax.random.randint(keys[2], (p, g), 1, 17)
-  more = jax.random.split(keys[2], 3)
-  mean_logp = -jax.random.uniform(more[0], (p, g), minval=0.05, maxval=2.0)
   return groups_lib.from_rewards(
       rewards, weights, lengths=lengths,
+      **group_fields(jax.random.fold_in(key, 3), rewards, lengths))
+
+
+def group_fields(key, rewards, lengths) -> dict:
+  """Random values of every optional `groups.GroupData` field for rewards
+  [P, G, K] and lengths [P, G]: summed log-probs (mean -0.05 .. -2 a
+  token), mean entropies in [0.1, 2), answer classes of three answers and
+  none, prompt indices 0 .. P-1, segment fields, and greedy rewards (each
+  column of member 0 halved plus 0.25, ReMax's baseline)."""
+  p, g = lengths.shape
+  keys = jax.random.split(key, 3)
+  mean_logp = -jax.random.uniform(keys[0], (p, g), minval=0.05, maxval=2.0)
+  return dict(
       sequence_logprobs=mean_logp * lengths,
-      entropies=jax.random.uniform(more[1], (p, g), minval=0.1, maxval=2.0),
+      entropies=jax.random.uniform(keys[1], (p, g), minval=0.1, maxval=2.0),
       answer_ids=_answer_classes(np.asarray(
-          jax.random.randint(more[2], (p, g), -1, 3))),
-      prompt_index=jnp.arange(p, dtype=jnp.int32))
+          jax.random.randint(keys[2], (p, g), -1, 3))),
+      prompt_index=jnp.arange(p, dtype=jnp.int32),
+      greedy_rewards=rewards[:, 0, :] * 0.5 + 0.25,
+      **_segment_fields(jax.random.fold_in(key, 7), p, g))
+
+
+def _segment_fields(key, p: int, g: int, *, s: int = 3, t: int = 6) -> dict:
+  """SD-GRPO's segment fields: 0/1 rewards [P, G, S] (the last slot invalid
+  in odd groups, and one member's first segment missing), token ids
+  [P, G, T] in -1 .. S-1."""
+  keys = jax.random.split(key, 2)
+  valid = jnp.broadcast_to(jnp.arange(s)[None, None, :]
+                           < jnp.where(jnp.arange(p) % 2 == 0, s, s - 1
+                                       )[:, None, None], (p, g, s))
+  return {
+      "segment_rewards": jax.random.bernoulli(
+          keys[0], 0.5, (p, g, s)).astype(jnp.float32),
+      "segment_valid": valid.at[0, 0, 0].set(False),
+      "segment_ids": jax.random.randint(keys[1], (p, g, t), -1, s),
+  }
 
 
 def _answer_classes(answers: np.ndarray) -> np.ndarray:
@@ -250,3 +279,22 @@ def check_estimator(name: str, key=None, **options):
     law(estimator, groups, *extra)
     ran.append(law.__name__)
   return tuple(ran)
+
+
+def sampled_groups(out, rewards, prompts: int, group: int, weights=None):
+  """`groups.GroupData` of one `sampling.sample` output of `prompts` x
+  `group` rows, with the fields the rollout fills from it: summed
+  log-probs, mean entropies, answer classes by the last token (a toy
+  task's "answer") and prompt indices."""
+  from grpo_jax import groups as groups_lib  # pylint: disable=g-import-not-at-top
+  pg = lambda x: jnp.reshape(x, (prompts, group))
+  mask = out.mask
+  last = pg(out.tokens[:, -1])
+  same = last[:, :, None] == last[:, None, :]
+  return groups_lib.from_rewards(
+      rewards, weights, lengths=pg(out.lengths),
+      sequence_logprobs=pg((out.tempered_logprobs * mask).sum(-1)),
+      entropies=pg((out.entropies * mask).sum(-1)
+                   / jnp.maximum(mask.sum(-1), 1.0)),
+      answer_ids=jnp.argmax(same, axis=-1).astype(jnp.int32),
+      prompt_index=jnp.arange(prompts, dtype=jnp.int32))

@@ -1,0 +1,84 @@
+"""Held-out greedy accuracy before and after one run per config, on the
+comparison task: ``python -m experiments.compare``.
+
+  python -m experiments.compare --configs=grpo,ebpo,avspo \
+      --workdir=runs/compare --json=runs/compare/table.json
+
+Each config trains as its file says (its scale, objective, sampling and
+estimator) on the comparison task (`config.use_comparison_task`) and is
+evaluated greedily on the task's held-out problems after its last step;
+"before" is the base model on the same problems, measured once. A config
+whose run already finished under ``--workdir`` is read back, not rerun, so
+an interrupted comparison continues where it stopped. Prints a markdown
+table, one row per config.
+"""
+
+import importlib
+import json
+import os
+
+from absl import app
+from absl import flags
+
+from grpo_jax import config as config_lib
+from grpo_jax import evaluation
+from grpo_jax import metrics
+from grpo_jax import train as train_lib
+
+_CONFIGS = flags.DEFINE_list(
+    "configs", ["grpo"], "Config names under configs/ (comma separated).")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "runs/compare", "One run directory per config under this.")
+_JSON = flags.DEFINE_string("json", None, "Write the table's rows here.")
+
+ACCURACY = "eval/greedy_accuracy"
+
+
+def comparison_config(name: str):
+  """configs/<name>.py on the comparison task, evaluated after its last
+  step only."""
+  config = importlib.import_module(f"configs.{name}").get_config()
+  config = config_lib.use_comparison_task(config)
+  config.eval.every = config.train.num_steps
+  config_lib.validate(config)
+  return config
+
+
+def last_accuracy(workdir: str):
+  """(steps done, greedy accuracy) at the last evaluation in `workdir`'s
+  metrics, or None; a record's step counts from 0."""
+  evaluated = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
+               if ACCURACY in r]
+  if not evaluated:
+    return None
+  return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
+
+
+def main(argv):
+  del argv
+  configs = {name: comparison_config(name) for name in _CONFIGS.value}
+  first = next(iter(configs.values()))
+  before = evaluation.evaluate(first, k=(),
+                               num_problems=first.eval.num_problems)
+  rows = []
+  for name, config in configs.items():
+    workdir = os.path.join(_WORKDIR.value, name)
+    done = last_accuracy(workdir)
+    if done is None or done[0] < config.train.num_steps:
+      train_lib.train(config, workdir)
+      done = last_accuracy(workdir)
+    rows.append(dict(config=name, steps=done[0],
+                     before=before["greedy_accuracy"], after=done[1],
+                     num_problems=before["num_problems"]))
+  print("| config | steps | held-out greedy before | after |")
+  print("|---|---|---|---|")
+  for row in rows:
+    print(f"| `{row['config']}` | {row['steps']} | {row['before']:.3f} | "
+          f"{row['after']:.3f} |")
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,326 @@
+"""Group advantages rescaled or re-baselined by extra group data: NGRPO (a
+virtual maximum-reward member), SEED-GRPO (semantic entropy of the group's
+answers), LamPO / LambdaPO (pairwise gaps weighted by the policy's own
+confidence) and EDGE-GRPO (per-completion entropy).
+
+Each is pure and jittable and computes in float32. The group data an
+estimator reads beyond the rewards (``answer_ids``, ``sequence_logprobs``,
+``entropies``, ...) is named in its registration's ``reads`` and arrives as
+keyword arguments. Filler groups (``valid`` False) get 0 (`advantages.make`
+sets them) and enter no batch statistic.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax.advantages import _kit
+
+
+def _check_pg(argument: str, x, shape) -> jnp.ndarray:
+  x = jnp.asarray(x)
+  if x.shape != tuple(shape):
+    raise ValueError(
+        f"{argument} must be [P, G] = {tuple(shape)}; got shape {x.shape}.")
+  return x
+
+
+# --------------------------------------------------------------------- NGRPO
+
+
+def _check_ngrpo(r_max: float, n_virtual: int) -> None:
+  if not math.isfinite(r_max):
+    raise ValueError(f"ngrpo: r_max={r_max!r} must be finite; set it to the "
+                     "largest reward the rewards reach (1.0 for accuracy).")
+  if not (isinstance(n_virtual, int) and n_virtual >= 1):
+    raise ValueError(f"ngrpo: n_virtual={n_virtual!r} must be an integer "
+                     ">= 1 (the paper's add_max_reward_num, default 1).")
+
+
+def _ngrpo_domain(r_max: float = 1.0, n_virtual: int = 1, **_):
+  # The virtual member is the group's maximum only if no reward exceeds it.
+  _check_ngrpo(r_max, n_virtual)
+  return (-math.inf, r_max)
+
+
+@_kit.register(
+    input="PG", output="group", paper="arXiv 2509.18851 (NGRPO)",
+    # The virtual r_max member gives an all-equal group below r_max a
+    # negative advantage, and absolute reward values matter.
+    constant_group_zero=False, shift_invariant=False,
+    reward_range=_ngrpo_domain,
+    examples=({}, {"r_max": 2.0, "n_virtual": 2}, {"ddof": 0}))
+def ngrpo(rewards, *, r_max: float = 1.0, n_virtual: int = 1,
+          eps: float = 1e-6, ddof: int = 1) -> jnp.ndarray:
+  """NGRPO's advantage: GRPO over the group plus virtual maximum rewards.
+
+    R' = [R_1, ..., R_G, r_max x m],  mu' = mean R',  sigma' = std R' (ddof)
+    A_g = (R_g - mu') / (sigma' + eps)      (real members only)
+
+  An all-wrong group gets A < 0 for every member (the negative signal
+  GRPO's advantage loses); every mixed group is shifted down too; a group
+  all at r_max gets 0. NGRPO (arXiv 2509.18851) pairs this with an
+  asymmetric clip, which is ``ppo_clip`` with clip_low 0.16, clip_high
+  0.24 (configs/ngrpo.py). Follows the authors' code
+  (``compute_ngrpo_outcome_advantage``), except that a group of one gets 0,
+  as for every estimator here (their code gives it mean 0, std 1: A = R).
+
+  Args:
+    rewards: [P, G] rewards, none above r_max.
+    r_max: the virtual members' reward, the task's maximum.
+    n_virtual: m, the number of virtual members (add_max_reward_num).
+    eps: added to the std.
+    ddof: delta degrees of freedom of the std over the G + m values.
+
+  Returns:
+    [P, G] float32 advantages.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _check_ngrpo(r_max, n_virtual)
+  p, g = rewards.shape
+  if g == 1:
+    return jnp.zeros_like(rewards)
+  virtual = jnp.full((p, n_virtual), r_max, jnp.float32)
+  augmented = jnp.concatenate([rewards, virtual], axis=-1)
+  return _kit.standardize_groups(augmented, eps=eps, ddof=ddof)[:, :g]
+
+
+# ----------------------------------------------------------------- SEED-GRPO
+
+
+def _check_alpha(alpha: float) -> None:
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(
+        f"seed_grpo: alpha={alpha!r} must lie in [0, 1] (the factor "
+        "1 - alpha SE / SE_max stays in [0, 1]); the default is 0.5.")
+
+
+def _seed_domain(alpha: float = 0.5, **_):
+  _check_alpha(alpha)
+  return None
+
+
+def semantic_entropy(answer_ids) -> jnp.ndarray:
+  """SE / SE_max of each group's answer classes, [P, 1] float32 in [0, 1].
+
+  SE = -sum_c p_c log p_c, p_c = count_c / G, SE_max = log G; each -1 (no
+  answer parsed) is a class of its own; 0 for a group of one. Only equality
+  of ids matters, so any labelling of the classes gives the same value.
+  """
+  answer_ids = jnp.asarray(answer_ids)
+  g = answer_ids.shape[-1]
+  if g == 1:
+    return jnp.zeros((answer_ids.shape[0], 1), jnp.float32)
+  same = answer_ids[:, :, None] == answer_ids[:, None, :]  # [P, G, G]
+  count = jnp.where(answer_ids >= 0, same.sum(-1), 1).astype(jnp.float32)
+  # sum_c p_c log p_c = sum_g (1 / G) log p_{c(g)}: each member carries
+  # 1 / count_c of its class's term, so no unique() is needed.
+  entropy = -jnp.log(count / g).mean(axis=-1, keepdims=True)
+  return entropy / math.log(g)
+
+
+@_kit.register(
+    input="PG", output="group",
+    paper="arXiv 2505.12346 (SEED-GRPO; reconstruction)",
+    reads=("answer_ids",), reward_range=_seed_domain,
+    examples=({}, {"alpha": 1.0}, {"alpha": 0.0, "ddof": 0}))
+def seed_grpo(rewards, *, alpha: float = 0.5, eps: float = 1e-6,
+              ddof: int = 1, answer_ids=None) -> jnp.ndarray:
+  """SEED-GRPO: GRPO's advantage damped by the group's semantic entropy.
+
+    A' = z(R) (1 - alpha SE / SE_max),  SE = -sum_c p_c log p_c,
+    p_c = count_c / G,  SE_max = log G
+
+  over the answer-equivalence classes c of the group (`semantic_entropy`):
+  a question whose answers disagree (high uncertainty) gets a smaller,
+  more conservative update. SEED-GRPO (arXiv 2505.12346) gives the form of
+  the modulation; no code was found and alpha is not known: a
+  reconstruction (VARIANTS.md section 1.7), alpha=0.5 a proposal.
+
+  Args:
+    rewards: [P, G] rewards.
+    alpha: in [0, 1]; 0 is GRPO, 1 zeroes a group of G distinct answers.
+    eps: added to the std of z(R).
+    ddof: delta degrees of freedom of that std.
+    answer_ids: [P, G] int, each completion's answer class (equal ids, equal
+      answers); -1 where none parsed, a class of its own.
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for groups of equal rewards.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _check_alpha(alpha)
+  if answer_ids is None:
+    raise ValueError("seed_grpo needs answer_ids [P, G] (GroupData."
+                     "answer_ids, which the rollout fills when the estimator "
+                     "reads it).")
+  answer_ids = _check_pg("answer_ids", answer_ids, rewards.shape)
+  factor = 1.0 - alpha * semantic_entropy(answer_ids)
+  return _kit.standardize_groups(rewards, eps=eps, ddof=ddof) * factor
+
+
+# --------------------------------------------------------------------- LamPO
+
+LAMPO_SCORES = ("mean", "sum")
+LAMPO_SCALES = ("none", "std")
+
+
+def _check_lampo(beta: float, score: str, scale: str) -> None:
+  if not beta >= 0.0:
+    raise ValueError(f"lampo: beta={beta!r} must be >= 0 (0 is RLOO); a "
+                     "negative beta would amplify the pairs the policy "
+                     "already ranks right.")
+  _kit.check_choice("lampo: score", score, LAMPO_SCORES)
+  _kit.check_choice("lampo: scale", scale, LAMPO_SCALES)
+
+
+def _lampo_domain(beta: float = 1.0, score: str = "mean",
+                  scale: str = "none", **_):
+  _check_lampo(beta, score, scale)
+  return None
+
+
+def sequence_scores(sequence_logprobs, lengths, score: str) -> jnp.ndarray:
+  """[P, G] float32 s: the sum of each completion's log-probs, or (score=
+  "mean") that sum over its length; 0 for an empty completion."""
+  total = jnp.asarray(sequence_logprobs, jnp.float32)
+  if score == "sum":
+    return total
+  return total / jnp.maximum(jnp.asarray(lengths, jnp.float32), 1.0)
+
+
+@_kit.register(
+    input="PG", output="group",
+    paper="LamPO / LambdaPO (seed 000 para. 54, 59; reconstruction)",
+    reads=("sequence_logprobs", "lengths"), reward_range=_lampo_domain,
+    examples=({}, {"beta": 0.0}, {"beta": 3.0, "score": "sum"},
+              {"scale": "std", "ddof": 0}))
+def lampo(rewards, *, beta: float = 1.0, score: str = "mean",
+          scale: str = "none", eps: float = 1e-6, ddof: int = 1,
+          sequence_logprobs=None, lengths=None) -> jnp.ndarray:
+  """LamPO / LambdaPO: pairwise reward gaps weighted by the policy's
+  confidence in them (a LambdaRank / RankNet pair weight).
+
+    A_i  = 1/(G-1) sum_{j != i} w_ij (R_i - R_j)
+    w_ij = 2 sigmoid(-beta sgn(R_i - R_j) (s_i - s_j))
+
+  s the sequence scores (mean token log-prob, detached; ``score="sum"``
+  the sum): a pair the policy already ranks right (the better completion
+  more likely) is attenuated, one it ranks wrong amplified, up to 2x.
+  w_ij = w_ji, so sum_i A_i = 0; beta = 0 gives RLOO; tied pairs give 0.
+  ``scale="std"`` divides by std_g R + eps. LamPO and LambdaPO (seeds 000
+  para. 54 and 59) describe this modulation; no code was found, the pair
+  weight is a reconstruction (VARIANTS.md section 1.8). Their auxiliary
+  rewards (ROUGE-L, semantic density) are reward functions, not part of
+  this estimator.
+
+  Args:
+    rewards: [P, G] rewards.
+    beta: >= 0, the confidence temperature.
+    score: ``mean`` (length-normalised) or ``sum`` sequence log-prob.
+    scale: ``none`` or ``std``.
+    eps, ddof: of the std, for ``scale="std"``.
+    sequence_logprobs: [P, G] sum of each completion's sampled log-probs.
+    lengths: [P, G] completion lengths (for ``score="mean"``); default
+      all 0, which makes the mean the sum (the rollout always gives them).
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for groups of equal rewards.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _check_lampo(beta, score, scale)
+  if sequence_logprobs is None:
+    raise ValueError("lampo needs sequence_logprobs [P, G] (GroupData."
+                     "sequence_logprobs, the sampler's summed log-probs).")
+  sequence_logprobs = _check_pg("sequence_logprobs", sequence_logprobs,
+                                rewards.shape)
+  lengths = _kit.check_lengths(lengths, rewards.shape)
+  g = rewards.shape[-1]
+  if g == 1:
+    return jnp.zeros_like(rewards)
+  s = jax.lax.stop_gradient(sequence_scores(sequence_logprobs, lengths, score))
+  gap = rewards[:, :, None] - rewards[:, None, :]  # [P, G(i), G(j)]
+  confidence = jnp.sign(gap) * (s[:, :, None] - s[:, None, :])
+  weight = 2.0 * jax.nn.sigmoid(-beta * confidence)
+  advantages = (weight * gap).sum(axis=-1) / (g - 1)
+  if scale == "std":
+    _kit.check_ddof(ddof, g)
+    advantages = _kit.divide_by_std(advantages, _kit.std(rewards, -1, ddof),
+                                    eps)
+  return advantages
+
+
+# ----------------------------------------------------------------- EDGE-GRPO
+
+EDGE_NORMALIZERS = ("batch", "group")
+
+
+def _check_edge(normalizer: str, min_entropy: float) -> None:
+  _kit.check_choice("edge_grpo: normalizer", normalizer, EDGE_NORMALIZERS)
+  if not min_entropy > 0.0:
+    raise ValueError(f"edge_grpo: min_entropy={min_entropy!r} must be > 0 "
+                     "(the floor H_i is clamped to before dividing); the "
+                     "default is 1e-6.")
+
+
+def _edge_domain(normalizer: str = "batch", min_entropy: float = 1e-6, **_):
+  _check_edge(normalizer, min_entropy)
+  return None
+
+
+@_kit.register(
+    input="PG", output="group", paper="arXiv 2507.21848 (EDGE-GRPO)",
+    reads=("entropies", "lengths", "valid"), reward_range=_edge_domain,
+    # The batch mean entropy couples the groups.
+    independent_groups=lambda normalizer="batch", **_: normalizer != "batch",
+    examples=({}, {"normalizer": "group"}, {"eps": 1e-6, "ddof": 0}))
+def edge_grpo(rewards, *, normalizer: str = "batch", eps: float = 1e-4,
+              ddof: int = 1, min_entropy: float = 1e-6, entropies=None,
+              lengths=None, valid=None) -> jnp.ndarray:
+  """EDGE-GRPO's entropy-driven advantage: z(R) scaled by mean H / H_i.
+
+    A'_i = z(R)_i * mean(H) / max(H_i, min_entropy)
+
+  H_i the masked mean token entropy of completion i (detached), the mean
+  over the batch's valid groups (``normalizer="batch"``) or over i's group
+  (``"group"``): a confident (low-entropy) completion gets a larger |A|, so
+  a confident error is penalised more. z(R) is GRPO's (ddof=1, eps=1e-4
+  as the authors' TRL code). Follows EDGE-GRPO (arXiv 2507.21848, its
+  ``_compute_loss`` with EDA) with three fixes: H is the masked mean (the
+  code averages over padding too), it is detached (the code lets a
+  gradient flow through it), and the mean is over the whole batch (the
+  code's is over the gathered micro-batch). An empty completion (length 0)
+  gets 0 and enters no mean. Its Guided Error Correction (a reference
+  answer injected into wrong completions) is a data step, not part of it.
+
+  Args:
+    rewards: [P, G] rewards.
+    normalizer: ``batch`` or ``group``: where mean(H) is taken.
+    eps: added to the std of z(R).
+    ddof: delta degrees of freedom of that std.
+    min_entropy: the floor H_i is clamped to before dividing.
+    entropies: [P, G] each completion's mean token entropy.
+    lengths: [P, G] completion lengths; default all nonempty.
+    valid: [P] bool, False for filler groups: they enter no mean.
+
+  Returns:
+    [P, G] float32 advantages; exactly 0 for groups of equal rewards.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _check_edge(normalizer, min_entropy)
+  if entropies is None:
+    raise ValueError("edge_grpo needs entropies [P, G] (GroupData.entropies, "
+                     "each completion's mean token entropy).")
+  entropy = jax.lax.stop_gradient(jnp.asarray(
+      _check_pg("entropies", entropies, rewards.shape), jnp.float32))
+  valid = _kit.check_valid(valid, rewards.shape[0])
+  nonempty = (jnp.ones(rewards.shape, bool) if lengths is None
+              else _kit.check_lengths(lengths, rewards.shape) > 0)
+  members = (nonempty & valid[:, None]).astype(jnp.float32)
+  axis = None if normalizer == "batch" else -1
+  mean_entropy = ((entropy * members).sum(axis=axis, keepdims=True)
+                  / jnp.maximum(members.sum(axis=axis, keepdims=True), 1.0))
+  scale = mean_entropy / jnp.maximum(entropy, min_entropy)
+  z = _kit.standardize_groups(rewards, eps=eps, ddof=ddof)
+  return jnp.where(members > 0, z * scale, 0.0)
