@@ -125,7 +125,7 @@ class DecodeState(NamedTuple):
   """The fixed-size carry of the decode loop (N rows, T new tokens)."""
   step: jnp.ndarray  # [] int32, index of the next token to draw.
   last_tokens: jnp.ndarray  # [N] int32, the token drawn at step - 1.
-  cache: tuple  # per layer (k, v), each [N, L, K, head_dim].
+  cache: tuple  # per layer (k [N, K, hd, L], v [N, K, L, hd]).
   done: jnp.ndarray  # [N] bool, the row has produced an end id.
   lengths: jnp.ndarray  # [N] int32, tokens drawn while live (end id included).
   tokens: jnp.ndarray  # [N, T] int32
@@ -416,8 +416,9 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   Args:
     w: one layer of `_decode_weights`.
     x: [D, N] residual stream.
-    cache: (k, v), each [N, L, K, hd]; the new keys/values go to slot
-      `cache_index`.
+    cache: (keys [N, K, hd, L], values [N, K, L, hd]), the layouts the
+      attention's batched dots read without a transposing copy of the whole
+      cache each step; the new key/value goes to slot `cache_index`.
     cos, sin: [hd, N] rotary tables of each row's position.
     attention_mask: [N, L] bool.
 
@@ -444,21 +445,28 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
     q, key, value = project("q", h_), project("k", k_), project("v", k_)
     q, key = _rope_columns(q, cos, sin), _rope_columns(key, cos, sin)
     cache_k, cache_v = cache
-    start = (jnp.int32(0), jnp.asarray(cache_index, jnp.int32), jnp.int32(0),
-             jnp.int32(0))
-    # [heads, hd, N] -> the cache's [N, 1, heads, hd].
-    write = lambda buffer, y: jax.lax.dynamic_update_slice(
-        buffer, jnp.transpose(y, (2, 0, 1))[:, None].astype(buffer.dtype),
-        start)
-    cache = sharding.constrain((write(cache_k, key), write(cache_v, value)),
-                               sharding.HEADS)
+    zero, index = jnp.int32(0), jnp.asarray(cache_index, jnp.int32)
+    # [heads, hd, N] -> a key column [N, heads, hd, 1] and a value row
+    # [N, heads, 1, hd], written in place at slot `cache_index`.
+    columns = lambda y: jnp.transpose(y, (2, 0, 1)).astype(cache_k.dtype)
+    cache = sharding.constrain(
+        (jax.lax.dynamic_update_slice(cache_k, columns(key)[..., None],
+                                      (zero, zero, zero, index)),
+         jax.lax.dynamic_update_slice(cache_v, columns(value)[:, :, None],
+                                      (zero, zero, index, zero))),
+        sharding.DECODE_CACHE)
     keys, values = (c.astype(x.dtype) for c in cache)
     groups = h_ // k_
-    scores = jnp.einsum("kgdn,nlkd->nkgl", q.reshape(k_, groups, hd, n), keys,
+    # Rows lead in both dots, as in the cache: with the columns' [k, g, d,
+    # n] order on either side, XLA transposed the whole cache at each step
+    # instead of these small per-token arrays.
+    q = jnp.transpose(q.reshape(k_, groups, hd, n), (3, 0, 1, 2))
+    scores = jnp.einsum("nkgd,nkdl->nkgl", q, keys,
                         preferred_element_type=jnp.float32) * (hd ** -0.5)
     probs = transformer.masked_softmax(scores,
                                        attention_mask[:, None, None, :])
-    out = jnp.einsum("nkgl,nlkd->kgdn", probs.astype(x.dtype), values)
+    out = jnp.einsum("nkgl,nkld->nkgd", probs.astype(x.dtype), values)
+    out = jnp.transpose(out, (1, 2, 3, 0))
     x = x + attn["o"] @ out.reshape(h_ * hd, n)
   x = sharding.constrain(x, sharding.COLUMNS)
   mlp = w["mlp"]
@@ -486,7 +494,7 @@ def _decode_forward(params, layers, config, tokens, positions, attention_mask,
     tokens: [N] int32.
     positions: [N] int32.
     attention_mask: [N, L] bool.
-    caches: tuple over layers of (k, v), each [N, L, K, hd].
+    caches: tuple over layers of (k [N, K, hd, L], v [N, K, L, hd]).
     cache_index: int32 scalar, the slot written.
 
   Returns:
@@ -572,12 +580,17 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   # Groups share the prefilled prompt: rows p*G + g copy prompt p.
   def repeat(x, axis=0):
     return jnp.repeat(x, num_samples, axis=axis)
-  # Per-layer caches and weights for the unrolled decode step.
-  cache = tuple(zip(_split_layers(repeat(cache.k, axis=1), config.num_layers),
-                    _split_layers(repeat(cache.v, axis=1), config.num_layers)))
+  # Per-layer caches and weights for the unrolled decode step, the cache
+  # laid out once for its attention dots (`_decode_layer`): the prefill's
+  # [layers, P, L, K, hd] -> keys [N, K, hd, L] and values [N, K, L, hd].
+  # Left [N, L, K, hd], XLA transposed all of it at every step.
+  keys = jnp.transpose(repeat(cache.k, axis=1), (0, 1, 3, 4, 2))
+  values = jnp.transpose(repeat(cache.v, axis=1), (0, 1, 3, 2, 4))
+  cache = tuple(zip(_split_layers(keys, config.num_layers),
+                    _split_layers(values, config.num_layers)))
   # Under a mesh the N rows (and kv heads) are split from here on; the
-  # model's own constraints keep the loop's cache split the same way.
-  cache = sharding.constrain(cache, sharding.HEADS)
+  # decode step's own constraints keep the loop's cache split the same way.
+  cache = sharding.constrain(cache, sharding.DECODE_CACHE)
   layers = _decode_weights(params, config)
   logits = repeat(logits)
   row_lengths = repeat(prompt_mask.sum(-1).astype(jnp.int32))  # [N]

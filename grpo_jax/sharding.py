@@ -52,6 +52,8 @@ MLP_HIDDEN = P(BATCH_AXES, None, "tensor")  # [B, S, F]
 COLUMNS = P(None, BATCH_AXES)  # [D, N]
 HEAD_COLUMNS = P("tensor", None, BATCH_AXES)  # [heads, hd, N]
 MLP_COLUMNS = P("tensor", BATCH_AXES)  # [F, N]
+# The decode loop's KV cache: keys [N, K, hd, L], values [N, K, L, hd].
+DECODE_CACHE = P(BATCH_AXES, "tensor", None, None)
 
 # (regex over the '/'-joined parameter path, spec over the full shape).
 # First full match wins. Shapes from models/transformer.py (Lyr leading).

@@ -275,21 +275,28 @@ def make_update_fn(*, model_config: models.ModelConfig,
     empty = jnp.sum(batch.completion_mask) == 0
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     apply = finite & ~empty
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    states = dict(state.states, objective=objective.update(
-        state.states["objective"], records))
-    keep = lambda new, old: jax.tree.map(
-        lambda a, b: jnp.where(apply, a, b), new, old)
-    new_state = state._replace(
-        params=keep(optax.apply_updates(state.params, updates), state.params),
-        opt_state=keep(opt_state, state.opt_state),
-        states=keep(states, state.states))
+
+    def step(state):
+      updates, opt_state = optimizer.update(grads, state.opt_state,
+                                            state.params)
+      return state._replace(
+          params=optax.apply_updates(state.params, updates),
+          opt_state=opt_state,
+          states=dict(state.states, objective=objective.update(
+              state.states["objective"], records)))
+
+    # A branch, not a `where` per leaf: a skipped update then costs nothing,
+    # and an applied one does not also read and select the old params and
+    # moments (measured 0.3 s of a 4.6 s update of SmolLM2-135M here).
+    new_state = jax.lax.cond(apply, step, lambda state: state, state)
     count = lambda flag: measures.Sum(flag.astype(jnp.float32))
     records.update(
         loss=measures.Mean.scalar(loss),
         grad_norm=measures.Mean.scalar(grad_norm),
         # The rate this update used (inject_hyperparams keeps it in state).
-        learning_rate=measures.Mean.scalar(optim.current_learning_rate(opt_state)),
+        # A skipped update leaves the rate of the last applied one.
+        learning_rate=measures.Mean.scalar(
+            optim.current_learning_rate(new_state.opt_state)),
         skipped_updates=count(~apply), empty_minibatches=count(empty),
         nonfinite_updates=count(~finite & ~empty),
         optimizer_steps=count(jnp.ones((), bool)),

@@ -365,9 +365,9 @@ def test_grouped_query_attention_update_matches_single_device():
 
 
 def test_decode_loop_keeps_the_kv_cache_split():
-  """The while loop's carry holds each layer's cache as [N/4, L, K/2, hd]
-  per device on a 2x2x2 mesh (rows over data x fsdp, kv heads over
-  tensor), never the whole [N, L, K, hd]."""
+  """The while loop's carry holds each layer's cache (keys [N, K, hd, L],
+  values [N, K, L, hd]) as [N/4, K/2, ...] per device on a 2x2x2 mesh
+  (rows over data x fsdp, kv heads over tensor), never whole."""
   m = mesh((2, 2, 2))
   tokens, mask = PROMPTS
   args = (sharding.shard_params(params(), m), jnp.asarray(tokens),
@@ -381,14 +381,17 @@ def test_decode_loop_keeps_the_kv_cache_split():
     return loops[-1].split(" while(")[0]  # the decode loop's carry types
 
   length, kv_heads, head_dim = 8 + 4, CONFIG.num_kv_heads, CONFIG.head_dim
-  whole = f"f32[8,{length},{kv_heads},{head_dim}]"
-  split = f"f32[2,{length},{kv_heads // 2},{head_dim}]"
+  def layouts(rows, heads):
+    return (f"f32[{rows},{heads},{head_dim},{length}]",
+            f"f32[{rows},{heads},{length},{head_dim}]")
+  whole, split = layouts(8, kv_heads), layouts(2, kv_heads // 2)
   with jax.set_mesh(m):
     carry = loop_carry()
-  assert carry.count(split) == 2 * CONFIG.num_layers  # k and v per layer
-  assert whole not in carry
+  for layout in split:  # keys, values: one per layer each
+    assert carry.count(layout) == CONFIG.num_layers, layout
+  assert not any(layout in carry for layout in whole)
   # Without the mesh context the rows stay whole (the check can fail).
-  assert split not in loop_carry()
+  assert not any(layout in loop_carry() for layout in split)
 
 
 def test_chunked_logprobs_keep_rows_on_their_devices():
