@@ -45,7 +45,10 @@ setup(
         # torch only as a reference in tests and benchmarks; install
         # torch==2.13.0 first on CPU machines (see README).
         # accelerate: transformers needs it to load the GGUF reference model.
-        "test": ["pytest>=8", "torch>=2.4", "accelerate>=0.26",
+        # pytest-xdist: the suite runs on two processes (pytest.ini); its
+        # tests compile tiny programs, one core each.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4",
+                 "accelerate>=0.26",
                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
         # google-tunix pinned: the sampler benchmark patches its Llama's
         # RoPE (0.1.7 ignores rope_theta). trl pulls accelerate and datasets.

@@ -128,6 +128,19 @@ def get_base_config() -> ml_collections.ConfigDict:
   # 0 = kl.beta on every token.
   c.kl.beta_neg = 0.0
 
+  # Token weights and masks applied to the objective's per-token terms
+  # (objectives.corrections), name -> options, multiplied together; the
+  # loss's denominator stays the mask's. Sampler mismatch: tis, tis_sequence,
+  # mis, mis_sequence, icepop (they read the sampler's own log-probs);
+  # DeepSeek-V3.2's opsm; the top_entropy mask. E.g.
+  #   --config.corrections='{"tis": {"c_max": 2.0}, "top_entropy": {}}'
+  c.corrections = ml_collections.ConfigDict()
+
+  # The entropy bonus (regularisers "entropy_bonus"): -coef * the policy's
+  # entropy, aggregated like the objective; 0 = off.
+  c.entropy = ml_collections.ConfigDict()
+  c.entropy.coef = 0.0
+
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.learning_rate = 1e-6
   c.optimizer.warmup_steps = 0    # optimiser steps
@@ -373,6 +386,34 @@ def _check_estimator_sizes(c, advantages) -> None:
             f"set --config.advantage.kwargs.capacity={problems} or more")
 
 
+def _check_corrections(c, objective) -> None:
+  """``corrections``: known names, each one's options (its own checks), and
+  whether the objective's loss takes their weights."""
+  from grpo_jax.objectives import corrections  # pylint: disable=g-import-not-at-top
+  if not isinstance(c.corrections, (dict, ml_collections.ConfigDict)):
+    _fail("corrections", f"{c.corrections!r} is not a mapping of names to "
+          "options", "e.g. --config.corrections='{\"tis\": {}}'")
+  known = corrections.names()
+  records = []
+  for name, options in c.corrections.items():
+    field = f"corrections.{name}"
+    if name not in known:
+      _fail(field, f"correction {name!r} is unknown",
+            f"choose from {', '.join(known)}")
+    if not isinstance(options, (dict, ml_collections.ConfigDict)):
+      _fail(field, f"{options!r} is not a mapping of options",
+            f"give {{}} for the defaults, e.g. --config.corrections="
+            f"'{{\"{name}\": {{}}}}'")
+    records.append(_check_component(field, corrections.make, name,
+                                    dict(options)))
+  try:
+    corrections.check_compatible(objective, records)
+  except ValueError as e:
+    _fail("corrections", str(e).rstrip("."),
+          "drop it from --config.corrections or change "
+          "--config.objective.name")
+
+
 def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises ValueError naming the field and the fix; returns `c` if valid.
 
@@ -516,11 +557,13 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   kwargs = dict(c.objective.kwargs)
   objectives.check_options(c.objective.name, kwargs, field="config.objective.kwargs")
   try:
-    objectives.make(c.objective.name, **kwargs)
+    objective = objectives.make(c.objective.name, **kwargs)
   except ValueError as e:
     _fail("objective.kwargs", str(e).rstrip("."),
           f"e.g. --config.objective.kwargs.horizon={r.max_new_tokens} for "
           "a constant normaliser")
+  _check_corrections(c, objective)
+  _positive(c, "entropy.coef", allow_zero=True)
 
   _positive(c, "kl.beta", allow_zero=True)
   _positive(c, "kl.beta_neg", allow_zero=True)

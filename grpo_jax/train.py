@@ -14,7 +14,10 @@ One step (see DESIGN.md, "One training step, as data"):
    ``aux.loss_sum`` divided by the objective's count of the WHOLE minibatch
    (each regulariser's likewise), so the accumulated gradient is the one-shot
    gradient whatever the microbatch size; measurements are `measures`
-   records, merged exactly over microbatches and minibatches.
+   records, merged exactly over microbatches and minibatches. The
+   configured corrections (`objectives.corrections`: sampler TIS / MIS /
+   ICEPOP, OPSM, the top-entropy mask) weigh each token's term of the
+   objective, their weights detached and the count the mask's.
 4. A non-finite loss or gradient, or a minibatch without loss tokens, leaves
    params, optimiser state and component states unchanged and is counted in
    ``skipped_updates``.
@@ -53,6 +56,7 @@ from grpo_jax import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import optim
+from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sharding
@@ -140,18 +144,45 @@ class LossFunctions(NamedTuple):
       records)`` of one microbatch, divided by the minibatch's `counts`.
     counts: ``counts(mask) -> dict``: the objective's and each
       regulariser's denominator over the whole minibatch.
-    pre_pass: None, or ``pre_pass(params, micro) -> records`` of the
-      objective's minibatch statistics.
+    pre_pass: None, or ``pre_pass(params, micro) -> (records, arrays)``:
+      the objective's minibatch statistics of one microbatch (None when it
+      has none) and the arrays the corrections' statistics read.
+    batch_stats: ``batch_stats(mask, stacked) -> dict`` of the pre-pass
+      outputs stacked over the minibatch's microbatches: what `loss` takes
+      as `batch_stats` (``objective``: the merged records; ``corrections``:
+      each correction's statistics of the whole minibatch).
   """
   loss: Callable
   counts: Callable
   pre_pass: Optional[Callable]
+  batch_stats: Optional[Callable] = None
+
+
+def batch_arrays(micro, logp, entropy, old_logp) -> dict:
+  """Every array a regulariser, a correction or an objective may read, by
+  name: the batch's fields, the forward's ``logp`` and ``entropy`` (with
+  gradient), and ``old_logp`` as the behaviour log-probs (on policy the
+  forward's own, detached)."""
+  arrays = dict(micro._asdict())
+  arrays.update(logp=logp, entropy=entropy, old_logp=old_logp)
+  return arrays
+
+
+def _read(arrays: dict, names, *, component: str) -> dict:
+  unknown = [k for k in names if k not in arrays]
+  if unknown:
+    raise ValueError(
+        f"{component} reads {unknown[0]!r}, which the update does not have; "
+        f"it has {', '.join(sorted(arrays))}.")
+  return {k: arrays[k] for k in names}
 
 
 def make_loss_functions(*, model_config: models.ModelConfig,
                         objective: objectives.Objective,
                         regularisers: Sequence[
                             regularisers_lib.Regulariser] = (),
+                        corrections: Sequence[
+                            corrections_lib.Correction] = (),
                         chunk_size: int = 4096,
                         group_size: int = 1) -> LossFunctions:
   """The objective plus regularisers on the policy's log-probs.
@@ -159,7 +190,13 @@ def make_loss_functions(*, model_config: models.ModelConfig,
   Args:
     model_config: the policy's `models.ModelConfig`.
     objective: an `objectives.make(...)` record.
-    regularisers: `regularisers.make(...)` records (KL when beta > 0).
+    regularisers: `regularisers.make(...)` records (KL when beta > 0, the
+      entropy bonus).
+    corrections: `corrections.make(...)` records: token weights and masks
+      (sampler TIS / MIS / ICEPOP, OPSM, top-entropy). Their product,
+      detached, multiplies each token's term of the objective (the
+      objective's count unchanged); regularisers are not weighted.
+      `corrections.check_compatible` must accept them with `objective`.
     chunk_size: rows x columns per chunk of the log-prob computation.
     group_size: rows in consecutive blocks of this size share their prompt
       (a rollout's G completions), whose forward pass then runs once per
@@ -168,6 +205,11 @@ def make_loss_functions(*, model_config: models.ModelConfig,
   The log-probs use each row's sampling temperature (``Batch.temperature``),
   so that on policy every ratio is 1.
   """
+  corrections = tuple(corrections)
+  corrections_lib.check_compatible(objective, corrections)
+  # Corrections whose statistic spans the whole minibatch (the top-entropy
+  # quantile): with several microbatches a pre-pass computes it first.
+  with_stats = tuple(c for c in corrections if c.prepass is not None)
   def forward(params, micro):
     rows, columns = micro.tokens.shape
     # Microbatches start at multiples of their size, so blocks of
@@ -185,23 +227,48 @@ def make_loss_functions(*, model_config: models.ModelConfig,
             else micro.old_logp)
 
   def pre_pass(params, micro):
-    logp = jax.lax.stop_gradient(forward(params, micro)[0])
-    return objective.prepass(logp, behaviour(micro, logp), micro.advantages,
-                             micro.completion_mask)
+    logp, entropy = jax.lax.stop_gradient(forward(params, micro))
+    old = behaviour(micro, logp)
+    records = (None if objective.prepass is None else objective.prepass(
+        logp, old, micro.advantages, micro.completion_mask))
+    arrays = batch_arrays(micro, logp, entropy, old)
+    return records, {c.name: _read(arrays, c.prepass_reads,
+                                   component=f"correction {c.name!r}")
+                     for c in with_stats}
+
+  def batch_stats(mask, stacked):
+    records, arrays = stacked
+    rows = lambda x: x.reshape((-1,) + x.shape[2:])  # [micro, m, T] -> [M, T]
+    return {
+        "objective": None if records is None else measures.merge_stacked(
+            records),
+        "corrections": {c.name: c.prepass(
+            mask, **jax.tree.map(rows, arrays[c.name])) for c in with_stats}}
 
   def loss_fn(params, micro, states, counts, batch_stats):
     logp, entropy = forward(params, micro)
     mask = micro.completion_mask
-    reads = lambda names: {k: getattr(micro, k) for k in names}
-    _, aux = objective.loss(states["objective"], logp, behaviour(micro, logp),
-                            micro.advantages, mask, batch_stats=batch_stats,
-                            **reads(objective.reads))
+    old = behaviour(micro, logp)
+    arrays = batch_arrays(micro, logp, entropy, old)
+    batch_stats = batch_stats or {}
+    # The weights are detached: computed from detached arrays.
+    weights, records = corrections_lib.combine(
+        corrections, mask,
+        {k: None if v is None else jax.lax.stop_gradient(v)
+         for k, v in arrays.items()},
+        batch_stats.get("corrections"))
+    _, aux = objective.loss(
+        states["objective"], logp, old, micro.advantages, mask,
+        batch_stats=batch_stats.get("objective"), token_weights=weights,
+        **_read(arrays, objective.reads,
+                component=f"objective {objective.name!r}"))
     loss = measures.safe_divide(aux.loss_sum, counts["objective"])
-    records = dict(aux.measures(), entropy=measures.Mean.of(
+    records.update(aux.measures(), entropy=measures.Mean.of(
         jax.lax.stop_gradient(entropy), mask))
     for reg in regularisers:
-      sc, reg_records = reg.loss(states[reg.name], logp, mask,
-                                 **reads(reg.reads))
+      sc, reg_records = reg.loss(
+          states[reg.name], logp, mask,
+          **_read(arrays, reg.reads, component=f"regulariser {reg.name!r}"))
       loss += measures.safe_divide(sc.total, counts[reg.name])
       records.update(measures.stop_gradient(reg_records))
     if micro.old_logp is None and micro.sampler_logp is not None:
@@ -217,8 +284,10 @@ def make_loss_functions(*, model_config: models.ModelConfig,
     return {"objective": objective.count(mask),
             **{reg.name: reg.count(mask) for reg in regularisers}}
 
+  needs_pre_pass = objective.prepass is not None or with_stats
   return LossFunctions(loss_fn, counts,
-                       None if objective.prepass is None else pre_pass)
+                       pre_pass if needs_pre_pass else None,
+                       batch_stats if needs_pre_pass else None)
 
 
 def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
@@ -234,9 +303,10 @@ def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
   batch_stats = None
   # One microbatch is the minibatch: its own statistics are exact.
   if loss_functions.pre_pass is not None and micro_batches.tokens.shape[0] > 1:
-    batch_stats = measures.merge_stacked(jax.lax.map(
-        lambda micro: loss_functions.pre_pass(model_params(params), micro),
-        micro_batches))
+    batch_stats = loss_functions.batch_stats(
+        batch.completion_mask, jax.lax.map(
+            lambda micro: loss_functions.pre_pass(model_params(params), micro),
+            micro_batches))
   grad_fn = jax.value_and_grad(
       lambda p, micro: loss_functions.loss(model_params(p), micro, states,
                                            counts, batch_stats), has_aux=True)
@@ -247,6 +317,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
                    optimizer: optax.GradientTransformation,
                    objective: objectives.Objective,
                    regularisers: Sequence[regularisers_lib.Regulariser] = (),
+                   corrections: Sequence[corrections_lib.Correction] = (),
                    microbatch_size: int = 0,
                    chunk_size: int = 4096, group_size: int = 1,
                    jit: bool = True) -> Callable:
@@ -258,14 +329,16 @@ def make_update_fn(*, model_config: models.ModelConfig,
   The gradient is `minibatch_gradient`'s. Non-finite loss or gradients, or
   a minibatch without loss tokens, leave the state unchanged and count as
   a skipped update. `records` are `measures` records, merged exactly by the
-  caller across minibatches. Arguments: see `make_loss_functions`, and
+  caller across minibatches. Arguments (`corrections` too): see
+  `make_loss_functions`, and
   `microbatch_size` rows per accumulation step (0: the whole minibatch),
   `group_size` rows per shared prompt,
   `jit` to jit with the state donated (False for `sharding.jit_sharded`).
   """
   loss_functions = make_loss_functions(
       model_config=model_config, objective=objective,
-      regularisers=regularisers, chunk_size=chunk_size, group_size=group_size)
+      regularisers=regularisers, corrections=corrections,
+      chunk_size=chunk_size, group_size=group_size)
 
   def update_fn(state: TrainState, batch, frozen=None):
     grads, loss, records = minibatch_gradient(
@@ -379,7 +452,8 @@ def make_components(config) -> dict:
   ``TrainState.states``: the rollout's stages (`rollout.STAGES`: select,
   groups, advantage, credit, rows), ``objective`` and each regulariser
   (``kl`` when ``kl.beta > 0``, ``asymmetric_kl`` with ``kl.beta_neg >
-  0`` too, aggregated like the objective)."""
+  0`` too, ``entropy_bonus`` when ``entropy.coef > 0``, aggregated like the
+  objective). The corrections are stateless: `make_corrections`."""
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
   components = dict(rollout_lib.make_components(config), objective=objective)
@@ -392,7 +466,18 @@ def make_components(config) -> dict:
     components[name] = regularisers_lib.make(
         name, estimator=config.kl.estimator, **betas,
         aggregation=objective.aggregation, horizon=objective.horizon)
+  if config.entropy.coef > 0:
+    components["entropy_bonus"] = regularisers_lib.make(
+        "entropy_bonus", coef=float(config.entropy.coef),
+        aggregation=objective.aggregation, horizon=objective.horizon)
   return components
+
+
+def make_corrections(config) -> list:
+  """The token weights and masks of ``config.corrections`` (name ->
+  options), in order (`objectives.corrections`)."""
+  return [corrections_lib.make(name, **options)
+          for name, options in config.corrections.items()]
 
 
 def enable_compilation_cache(path: str) -> None:
@@ -438,14 +523,15 @@ def build(config) -> Run:
   if frozen is not None:
     frozen = sharding.shard_params(frozen, mesh)
   ref_params = None
-  if regularisers:
+  if any("ref_logp" in reg.reads for reg in regularisers):
     # LoRA: the frozen base is the reference. Otherwise a distinct copy,
     # since update_fn donates the state's buffers.
     ref_params = frozen if frozen is not None else sharding.shard_params(
         jax.tree.map(jnp.copy, params), mesh)
   update_fn = make_update_fn(
       model_config=model_config, optimizer=optimizer, objective=objective,
-      regularisers=regularisers, microbatch_size=config.train.microbatch_size,
+      regularisers=regularisers, corrections=make_corrections(config),
+      microbatch_size=config.train.microbatch_size,
       chunk_size=config.train.chunk_size,
       group_size=config.rollout.num_generations, jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh, frozen=frozen)

@@ -205,6 +205,54 @@ def test_table_has_both_frameworks():
   assert lines[3].startswith("| 1 x 8 | TRL 1.16.0 | 8.00 |")
 
 
+def test_table_has_a_tunix_row():
+  row = _step_row()
+  row["tunix"] = dict(row["grpo_jax"], step_s=4.0, tunix_version="0.1.7")
+  step_bench.add_floors(row, LIMITS, max_new_tokens=64)
+  lines = step_bench.table([row]).splitlines()
+  assert len(lines) == 5
+  assert lines[4].startswith("| 1 x 8 | Tunix 0.1.7 | 4.00 |")
+  assert lines[4].endswith("| 25.6 + 60 | 2140% |")
+
+
+def test_peers_can_be_skipped():
+  args = step_bench.parse_args(["--model", "tiny", "--skip_trl",
+                                "--skip_tunix"])
+  assert step_bench.peers_to_run(args) == []
+  args = step_bench.parse_args(["--skip_tunix"])
+  assert step_bench.peers_to_run(args) == ["trl"]
+
+
+def test_tunix_tokenizer_never_pads_or_ends_a_completion():
+  from grpo_jax import testing  # pylint: disable=g-import-not-at-top
+  hf = testing.tiny_tokenizer()
+  tokenizer = step_bench.TunixTokenizer(hf, pad_id=len(hf))
+  ids = tokenizer.encode("ab")
+  assert ids == hf.encode("ab", add_special_tokens=False)
+  assert tokenizer.decode(ids + [hf.eos_token_id]) == "ab"
+  assert (tokenizer.bos_id(), tokenizer.eos_id()) == (None, -1)
+  assert tokenizer.pad_id() == len(hf)  # past every sampled id
+
+
+def test_tunix_reward_weighs_grpo_jax_scores():
+  def count_chars(prompts, completions, answers):
+    assert prompts == ["", ""]
+    return [float(len(c) + int(a)) for c, a in zip(completions, answers)]
+
+  reward = step_bench.tunix_reward("count_chars", count_chars, 0.5)
+  assert reward.__name__ == "count_chars"
+  assert reward(prompts=["p", "q"], completions=["abc", "de"],
+                answer=np.array(["1", "2"]), mode="train") == [2.0, 2.0]
+
+
+def test_tunix_prompts_use_grpo_jax_buckets():
+  args = step_bench.parse_args(["--model", "tiny", "--skip_trl"])
+  c = step_bench.make_config(args, num_prompts=2)
+  c.data.prompt_buckets = (64, 128)
+  assert step_bench.prompt_width(c, [10, 70]) == 128
+  assert step_bench.prompt_width(c, [300]) == 300
+
+
 def test_first_step_text_splits_compilation():
   row = _step_row()
   assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]) == (
@@ -235,11 +283,12 @@ def test_compilation_cache_only_when_asked():
 def test_tiny_run_writes_json(tmp_path, monkeypatch):
   monkeypatch.setattr(machine, "measure", _small_measure)
   path = tmp_path / "step.json"
-  step_bench.main(["--model", "tiny", "--skip_trl", "--steps", "1",
-                   "--max_new_tokens", "8", "--json", str(path)])
+  step_bench.main(["--model", "tiny", "--skip_trl", "--skip_tunix",
+                   "--steps", "1", "--max_new_tokens", "8",
+                   "--json", str(path)])
   out = json.loads(path.read_text())
   assert out["grpo_jax_step_s"] > 0
-  assert out["trl_step_s"] is None
+  assert out["trl_step_s"] is None and out["tunix_step_s"] is None
   ours = out["rows"][0]["grpo_jax"]
   assert ours["compiles_per_step"][1] == 0
   # End ids ignored: every completion has all its tokens.

@@ -1,4 +1,5 @@
-r"""One full GRPO step: grpo_jax's trainer vs TRL's GRPOTrainer, same setup.
+r"""One full GRPO step: grpo_jax's trainer vs TRL's GRPOTrainer and Tunix's
+GRPOLearner, same setup.
 
 A step is sampling G=8 completions of up to T=64 tokens for each of P prompts,
 scoring them, the log-probs, and one AdamW update. Both sides use
@@ -13,6 +14,24 @@ TRL runs on CPU with gradient checkpointing, bf16 and vLLM off, logging off.
 Every completion has exactly T tokens on both sides, so both do the same work:
 TRL generates with ``min_new_tokens=T`` (its end ids suppressed until then),
 grpo_jax's rollout is rebuilt with a sampler that has no end ids.
+
+Tunix (google-tunix 0.1.7, `tunix.rl.grpo.grpo_learner.GRPOLearner` on an
+`RLCluster`, vanilla rollout = its KV-cache Sampler) runs on CPU with every
+role on one mesh of one device, so the rollout shares the actor's weights
+(no weight sync) and, at beta 0, there is no reference model. Its model is
+Tunix's Llama3 (nnx) holding grpo_jax's float32 weights, with the RoPE patch
+of `sampler.py` (0.1.7 ignores rope_theta); before timing, the learner's
+log-probs of one sequence are checked against grpo_jax's. Same prompts
+(chat text, padded to grpo_jax's prompt bucket), reward functions (each
+times its weight: Tunix sums them), GRPO advantages, clip 0.2, one
+iteration, ``token-mean`` / ``sequence-mean-token-mean`` aggregation, and
+grpo_jax's own optax AdamW chain. Its tokenizer is the same one with no
+BOS, an end id (-1) never sampled (T tokens per completion) and a pad id
+past the vocabulary (Tunix masks every token equal to its pad id). Tunix's
+own work stays in its figure: it prefills each prompt G times and computes
+logits at every prompt position, runs one decode step past the last kept
+token, samples with the same seed every step, and its loss also computes
+the full-vocabulary entropy.
 
 Each framework runs in its own subprocess. The first step (compilation,
 allocation) is excluded; the table reports the mean of the next `--steps`.
@@ -29,6 +48,12 @@ Time split:
   decoding), ``logprob`` the rest of ``_generate_and_score_completions``
   (rewards, advantages; TRL skips the old log-prob pass when it is on-policy),
   ``update`` the rest of the step (forward, backward, optimiser).
+- Tunix: ``sample`` is ``RLCluster.generate`` (its Sampler and decoding),
+  ``logprob`` the rest of ``GRPOLearner._generate_and_compute_advantage``
+  (rewards, advantages, and the reference log-probs when beta > 0; no old
+  log-prob pass at one iteration),
+  ``update`` ``RLCluster.update_actor``; the step is
+  ``_run_global_step``.
 
 Floor: the machine's limits, measured in the same run (`machine.py`), bound
 a step from below by T decode steps of N = P*G rows (each reads every weight
@@ -43,13 +68,15 @@ printed by function (the sampler's loop, the update, the rest).
 (every entry kept), so a second run with the same DIR measures the first step
 with a warm cache.
 
-``--num_prompts 1,4`` adds rows; ``--skip_trl`` measures grpo_jax alone;
-``--model tiny`` (grpo_jax only) is a seconds-long smoke run.
+``--num_prompts 1,4`` adds rows; ``--skip_trl`` / ``--skip_tunix`` leave a
+peer out (Tunix's row is left out with a note when it is not installed);
+``--model tiny`` (grpo_jax and Tunix; no TRL) is a seconds-long smoke run.
 """
 
 import argparse
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -69,7 +96,10 @@ MAX_NEW_TOKENS = 64
 # TRL loss_type -> grpo_jax aggregation with the same normalisation.
 LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean"}
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+LOGPROB_TOLERANCE = 1e-3  # float32: Tunix's learner log-probs vs grpo_jax's
 # Averaged over the timed steps by `summarize` when the steps have them.
+FRAMEWORKS = ("grpo_jax", "trl", "tunix")
+LABELS = dict(grpo_jax="grpo_jax", trl="TRL", tunix="Tunix")
 MEAN_KEYS = ("step_s", "sample_s", "logprob_s", "update_s",
              "completion_length", "update_tokens")
 
@@ -357,6 +387,219 @@ def run_trl(args, num_prompts):
   return out
 
 
+# --------------------------------------------------------------------- Tunix
+
+
+class TunixTokenizer:
+  """The tokenizer Tunix's learner sees: `tokenizer`'s ids for the chat text
+  (no BOS added, as grpo_jax encodes it), completions decoded without
+  special tokens (as grpo_jax scores them), an end id (-1) that is never
+  sampled, so every completion has all its tokens, and a pad id past the
+  vocabulary (`pad_id`), which no completion token can equal: Tunix treats
+  every token equal to its pad id as padding (completion mask, attention),
+  and SmolLM2's own pad id <|im_end|> is in every prompt. The pad rows'
+  embedding lookups clamp to a real row; they are masked out."""
+
+  def __init__(self, tokenizer, pad_id):
+    self.tokenizer, self._pad_id = tokenizer, int(pad_id)
+
+  def encode(self, text, **kwargs):
+    del kwargs
+    return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+  def decode(self, ids, **kwargs):
+    del kwargs
+    return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+  def bos_id(self):
+    return None
+
+  def eos_id(self):
+    return -1
+
+  def pad_id(self):
+    return self._pad_id
+
+
+def tunix_reward(name, fn, weight):
+  """A Tunix reward function around grpo_jax's `fn`, times its weight
+  (Tunix sums its reward functions unweighted)."""
+  def reward(prompts, completions, answer, **kwargs):
+    del prompts, kwargs
+    scores = fn([""] * len(completions), list(completions),
+                [str(a) for a in answer])
+    return [weight * float(s) for s in scores]
+  reward.__name__ = name
+  return reward
+
+
+def tunix_batches(config, tokenizer, num_steps):
+  """The prompts grpo_jax sees at steps 0, 1, ..., as Tunix training inputs
+  (chat-formatted text, one dict of P prompts per step)."""
+  from grpo_jax import data  # pylint: disable=g-import-not-at-top
+  task = data.make_task(config.data, seed=config.seed)
+  batches = []
+  for step in range(num_steps):
+    examples = task.train(step, config.rollout.num_prompts)
+    batches.append(dict(
+        prompts=np.array([data.format_prompt(
+            tokenizer, e.question,
+            system_prompt=config.data.system_prompt or None)
+                          for e in examples]),
+        answer=np.array([e.answer for e in examples])))
+  return batches
+
+
+def prompt_width(config, lengths) -> int:
+  """The padded prompt length grpo_jax uses for prompts of `lengths`: the
+  smallest prompt bucket that holds the longest."""
+  longest = max(lengths)
+  buckets = [b for b in sorted(config.data.prompt_buckets) if b >= longest]
+  return buckets[0] if buckets else longest
+
+
+def tunix_logprob_diff(learner_model, tokenizer, config, params, prompt, *,
+                       temperature, pad=3) -> float:
+  """Max |log-prob| difference on one sequence: Tunix's learner log-probs
+  (`common.compute_per_token_logps`, the prompt left-padded by `pad`) vs
+  grpo_jax's forward pass on the unpadded sequence."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  from tunix.rl import common  # pylint: disable=g-import-not-at-top
+  completion = tokenizer.encode(" 3 + 4 = 7, so the answer is \\boxed{7}.")
+  padded = [tokenizer.pad_id()] * pad + list(prompt)
+  graphdef, state = nnx.split(learner_model)
+  theirs = common.compute_per_token_logps(
+      graphdef, state, prompt_tokens=jnp.asarray([padded], jnp.int32),
+      completion_tokens=jnp.asarray([completion], jnp.int32),
+      pad_id=tokenizer.pad_id(), eos_id=tokenizer.eos_id(),
+      stop_gradient=True, temperature=temperature)
+  tokens = jnp.asarray([list(prompt) + completion], jnp.int32)
+  mask = jnp.ones_like(tokens)
+  hidden, _ = models.forward(params, config, tokens,
+                             models.positions_from_mask(mask),
+                             models.causal_attention_mask(mask))
+  logits = models.logits(params, config, hidden)[:, len(prompt) - 1:-1]
+  logps = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature)
+  ours = jnp.take_along_axis(logps, tokens[:, len(prompt):, None], -1)[..., 0]
+  return float(jnp.max(jnp.abs(theirs - ours)))
+
+
+def run_tunix(args, num_prompts):
+  """Steps of Tunix's GRPOLearner (vanilla rollout: its Sampler), timed by
+  method wrappers: ``sample`` is `RLCluster.generate`, ``logprob`` the rest
+  of `_generate_and_compute_advantage` (rewards, advantages, reference
+  log-probs when beta > 0), ``update`` `RLCluster.update_actor`."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import optim, rewards, train  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import sampler as sampler_bench  # pylint: disable=g-import-not-at-top
+  from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
+  from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
+  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+  warnings.filterwarnings("ignore", message=".*deprecated _init_cache.*")
+  config = make_config(args, num_prompts)
+  model_config, params, _, hf_tokenizer = train.load_policy(config)
+  assert model_config.dtype == "float32", model_config.dtype
+  sampler_bench.patch_tunix_rope(model_config.rope_theta)
+  model = sampler_bench.tunix_model(model_config, params)
+  tokenizer = TunixTokenizer(hf_tokenizer, pad_id=model_config.vocab_size)
+  batches = tunix_batches(config, hf_tokenizer, args.steps + 1)
+  width = prompt_width(config, [len(tokenizer.encode(p))
+                                for b in batches for p in b["prompts"]])
+  r = config.rollout
+  # Every role on one mesh of one device: the rollout shares the actor's
+  # weights (no weight sync); a reference model only when beta > 0.
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1),
+                           ("fsdp", "tp"))  # Auto axes, as Tunix's tests
+  cluster = rl_cluster_lib.RLCluster(
+      actor=model, tokenizer=tokenizer,
+      reference=(sampler_bench.tunix_model(model_config, params)
+                 if args.beta else None),
+      cluster_config=rl_cluster_lib.ClusterConfig(
+          role_to_mesh={role: mesh for role in (
+              rl_cluster_lib.Role.ACTOR, rl_cluster_lib.Role.REFERENCE,
+              rl_cluster_lib.Role.ROLLOUT)},
+          rollout_engine="vanilla", offload_to_cpu=False,
+          training_config=rl_cluster_lib.RLTrainingConfig(
+              actor_optimizer=optim.make_optimizer(
+                  total_steps=train.total_optimizer_steps(config),
+                  **config.optimizer),
+              eval_every_n_steps=10**9, max_steps=args.steps + 1,
+              pbar_description=None),
+          rollout_config=base_rollout.RolloutConfig(
+              max_tokens_to_generate=args.max_new_tokens,
+              max_prompt_length=width,
+              kv_cache_size=width + args.max_new_tokens,
+              # Tunix samples at a temperature only in its top-p mode; top-p
+              # 1 with no top-k samples the full distribution (no sort), as
+              # TRL's top_p=1.0, top_k=0.
+              temperature=r.temperature, top_p=1.0, top_k=None,
+              eos_tokens=[tokenizer.eos_id()])))
+  learner = grpo_learner.GRPOLearner(
+      rl_cluster=cluster,
+      algo_config=grpo_learner.GRPOConfig(
+          num_generations=NUM_GENERATIONS, num_iterations=1, beta=args.beta,
+          kl_loss_mode="low_var_kl",  # k3, as TRL's and grpo_jax's here
+          epsilon=0.2, loss_agg_mode={
+              "token_mean": "token-mean",
+              "seq_mean_token_mean": "sequence-mean-token-mean"}[
+                  LOSS_TYPES[args.loss_type]]),
+      reward_fns=[tunix_reward(name, rewards.get(name), float(weight))
+                  for name, weight in zip(config.rewards.functions,
+                                          config.rewards.weights)])
+  diff = tunix_logprob_diff(
+      cluster.actor_trainer.model, tokenizer, model_config, params,
+      tokenizer.encode(batches[0]["prompts"][0]), temperature=r.temperature)
+  print(f"# tunix: log-probs of one sequence vs grpo_jax: max abs diff "
+        f"{diff:.2e}", flush=True)
+  if not diff < LOGPROB_TOLERANCE:
+    raise AssertionError(
+        f"Tunix's log-probs differ from grpo_jax's by {diff} (> "
+        f"{LOGPROB_TOLERANCE}): the weight mapping or the RoPE patch is wrong.")
+
+  step = _Timer(learner, "_run_global_step")
+  rollout = _Timer(learner, "_generate_and_compute_advantage")
+  generate = _Timer(cluster, "generate")
+  update = _Timer(cluster, "update_actor")
+  auxes = []
+  record_aux = cluster.actor_trainer._post_process_train_step  # pylint: disable=protected-access
+
+  def post_process(aux):  # the loss and diagnostics of each update
+    auxes.append({k: float(aux[k]) for k in ("pg_loss", "entropy",
+                                             "is_ratio/mean")})
+    return record_aux(aux)
+  cluster.actor_trainer._post_process_train_step = post_process  # pylint: disable=protected-access
+  learner.train(batches)
+
+  steps = []
+  for i, total in enumerate(step.times):
+    example = rollout.outputs[i]
+    completion_mask = np.asarray(example.completion_mask)
+    steps.append(dict(
+        step_s=total, sample_s=generate.times[i],
+        logprob_s=rollout.times[i] - generate.times[i],
+        update_s=update.times[i],
+        completion_length=float(completion_mask.sum(axis=1).mean()),
+        update_tokens=float(np.asarray(example.prompt_mask).sum()
+                            / NUM_GENERATIONS + completion_mask.sum())))
+    print(f"# tunix P={num_prompts} step {i}: {total:.2f} s, loss "
+          f"{auxes[i]['pg_loss']:.4g}, entropy {auxes[i]['entropy']:.3g}",
+          flush=True)
+  out = summarize(steps)
+  losses = [a["pg_loss"] for a in auxes]
+  if not np.all(np.isfinite(losses)):
+    raise AssertionError(f"Tunix's losses are not finite: {auxes}")
+  out.update(tunix_version=importlib.metadata.version("google-tunix"),
+             logprob_max_abs_diff=diff, first_step_aux=auxes[0],
+             prompt_width=width)
+  return out
+
+
 # ------------------------------------------------------------------- driver
 
 
@@ -386,7 +629,7 @@ def add_floors(row, limits: machine.Limits, max_new_tokens):
   decode_s = max_new_tokens * machine.decode_step_floor_s(
       ours["weights"], ours["weight_bytes"],
       row["num_prompts"] * NUM_GENERATIONS, limits)
-  for side in ("grpo_jax", "trl"):
+  for side in FRAMEWORKS:
     if side in row:
       r = row[side]
       r["decode_floor_s"] = decode_s
@@ -427,6 +670,9 @@ def table(rows) -> str:
     if row.get("trl"):
       lines.append(f"| {p} | TRL {row['trl']['trl_version']} | "
                    f"{split_text(row['trl'])} |")
+    if row.get("tunix"):
+      lines.append(f"| {p} | Tunix {row['tunix']['tunix_version']} | "
+                   f"{split_text(row['tunix'])} |")
   return "\n".join(lines)
 
 
@@ -446,11 +692,14 @@ def parse_args(argv=None):
   parser.add_argument("--model", default="smollm2-135m-instruct",
                       help="grpo_jax model name ('tiny': smoke run, no TRL)")
   parser.add_argument("--skip_trl", action="store_true")
+  parser.add_argument("--skip_tunix", action="store_true",
+                      help="leave Tunix's GRPOLearner out (it is left out "
+                           "with a note when Tunix is not installed)")
   parser.add_argument("--compilation_cache", default=None, metavar="DIR",
                       help="JAX's persistent compilation cache directory "
                            "(grpo_jax; run twice to time a warm first step)")
   parser.add_argument("--json", default=None, help="write the results here")
-  parser.add_argument("--worker", choices=("grpo_jax", "trl"),
+  parser.add_argument("--worker", choices=FRAMEWORKS,
                       help=argparse.SUPPRESS)
   parser.add_argument("--worker_out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -461,14 +710,29 @@ def parse_args(argv=None):
   return args
 
 
+def peers_to_run(args):
+  """The frameworks measured beside grpo_jax."""
+  peers = [] if args.skip_trl else ["trl"]
+  if args.skip_tunix:
+    pass
+  elif importlib.util.find_spec("tunix") is None:
+    print("# Tunix is not installed (pip install google-tunix==0.1.7): its "
+          "row is left out.", flush=True)
+  else:
+    peers.append("tunix")
+  return peers
+
+
 def main(argv=None):
   args = parse_args(argv)
   if args.worker:
-    run = run_grpo_jax if args.worker == "grpo_jax" else run_trl
+    run = dict(grpo_jax=run_grpo_jax, trl=run_trl,
+               tunix=run_tunix)[args.worker]
     result = run(args, int(args.num_prompts))
     pathlib.Path(args.worker_out).write_text(json.dumps(result))
     return
 
+  peers = peers_to_run(args)
   load_before = os.getloadavg()
   limits = machine.measure()
   print(f"# {machine.describe(limits)}", flush=True)
@@ -476,9 +740,12 @@ def main(argv=None):
   for num_prompts in [int(p) for p in args.num_prompts.split(",")]:
     row = dict(num_prompts=num_prompts,
                grpo_jax=run_worker(args, "grpo_jax", num_prompts))
-    if not args.skip_trl:
-      row["trl"] = run_worker(args, "trl", num_prompts)
-      row["ratio"] = row["trl"]["step_s"] / row["grpo_jax"]["step_s"]
+    for peer in peers:
+      row[peer] = run_worker(args, peer, num_prompts)
+      row[f"ratio_vs_{peer}"] = (row[peer]["step_s"]
+                                 / row["grpo_jax"]["step_s"])
+    if "trl" in row:
+      row["ratio"] = row["ratio_vs_trl"]
     add_floors(row, limits, args.max_new_tokens)
     rows.append(row)
   load_after = os.getloadavg()
@@ -491,28 +758,39 @@ def main(argv=None):
   print(table(rows))
   for row in rows:
     print(f"\nP={row['num_prompts']}:")
-    for side, name in (("grpo_jax", "grpo_jax"), ("trl", "TRL")):
+    for side in FRAMEWORKS:
       if side in row:
-        print(first_step_text(name, row[side]))
-    if "ratio" in row:
-      print(f"grpo_jax is {row['ratio']:.2f}x faster per step than TRL")
-      lengths = {row[s]["completion_length"] for s in ("grpo_jax", "trl")}
-      if len(lengths) > 1:
-        print(f"WARNING: mean completion tokens differ {sorted(lengths)}: "
-              "the sides did not do the same work")
+        print(first_step_text(LABELS[side], row[side]))
+    for peer in peers:
+      print(f"grpo_jax is {row[f'ratio_vs_{peer}']:.2f}x faster per step "
+            f"than {LABELS[peer]}")
+    if "tunix" in row:
+      t = row["tunix"]
+      print(f"Tunix: log-probs of one sequence vs grpo_jax's: max abs diff "
+            f"{t['logprob_max_abs_diff']:.2e}; first update's loss "
+            f"{t['first_step_aux']['pg_loss']:.4g}, entropy "
+            f"{t['first_step_aux']['entropy']:.3g}")
+    sides = [s for s in FRAMEWORKS if s in row]
+    lengths = {row[s]["completion_length"] for s in sides}
+    if len(lengths) > 1:
+      print(f"WARNING: mean completion tokens differ "
+            f"{dict((s, row[s]['completion_length']) for s in sides)}: "
+            "the sides did not do the same work")
   first = rows[0]
   if args.json:
     summary = dict(
         grpo_jax_step_s=first["grpo_jax"]["step_s"],
         trl_step_s=first.get("trl", {}).get("step_s"),
+        tunix_step_s=first.get("tunix", {}).get("step_s"),
         ratio=first.get("ratio"),
+        ratio_vs_tunix=first.get("ratio_vs_tunix"),
         split=dict(grpo_jax={k: first["grpo_jax"][k] for k in (
             "sample_s", "logprob_s", "update_s")}),
         rows=rows, limits=limits._asdict(),
         load_average=dict(before=load_before, after=load_after),
         args=vars(args))
-    if "trl" in first:
-      summary["split"]["trl"] = {k: first["trl"][k] for k in (
+    for peer in peers:
+      summary["split"][peer] = {k: first[peer][k] for k in (
           "sample_s", "logprob_s", "update_s")}
     pathlib.Path(args.json).write_text(json.dumps(summary, indent=2))
 

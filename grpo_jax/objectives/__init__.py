@@ -10,13 +10,17 @@ with `logp`, `old_logp`, `mask` of shape [N, T] and `advantages` of shape [N]
 diagnostics). Token-level objectives take ``aggregation`` and ``horizon``;
 sequence-level ones (`gspo`, `gmpo`) average one term per row with tokens.
 
-Families: `clipped` (ppo_clip, gspo, gspo_token, gmpo, cispo), `soft` (cfpo,
-sapo, reinforce, gpg), `penalised` (r2vpo and its dual state). Each
+Families: `clipped` (ppo_clip, gspo, gspo_token, luspo, gmpo, cispo), `soft`
+(cfpo and its alias spo_simple, sapo, reinforce, gpg), `penalised` (r2vpo
+and its dual state), `bounded` (ce_gppo), `divergence` (dppo), `offpolicy`
+(decoupled_ppo, f_tis, vespo: they read the batch's `sampler_logp`). Each
 registers in `OBJECTIVES` with its metadata (level, mechanism, paper,
 example options, state, pre-pass); `make(name, **options)` returns the
 bound `Objective` record the trainer drives. `regularisers` holds the terms
-added to any objective (KL, MDP-GRPO's asymmetric KL). The math and its
-sources are in OBJECTIVES.md.
+added to any objective (KL, MDP-GRPO's asymmetric KL, LLDS). The math and its
+sources are in OBJECTIVES.md. `corrections` holds the token weights and
+masks that compose with any objective (TIS, MIS, ICEPOP, OPSM, top-entropy);
+`entropy` the entropy-bonus regulariser.
 
 A new objective is one function in a family file with the decorator:
 
@@ -26,7 +30,12 @@ A new objective is one function in a family file with the decorator:
     ...
 """
 
+from grpo_jax.objectives import bounded
 from grpo_jax.objectives import clipped
+from grpo_jax.objectives import corrections
+from grpo_jax.objectives import divergence
+from grpo_jax.objectives import entropy
+from grpo_jax.objectives import offpolicy
 from grpo_jax.objectives import penalised
 from grpo_jax.objectives import regularisers
 from grpo_jax.objectives import soft
@@ -35,11 +44,17 @@ from grpo_jax.objectives._kit import OBJECTIVES
 from grpo_jax.objectives._kit import ObjectiveAux
 from grpo_jax.objectives._kit import PrePass
 from grpo_jax.objectives._kit import StateSpec
+from grpo_jax.objectives.bounded import ce_gppo
 from grpo_jax.objectives.clipped import cispo
 from grpo_jax.objectives.clipped import gmpo
 from grpo_jax.objectives.clipped import gspo
 from grpo_jax.objectives.clipped import gspo_token
+from grpo_jax.objectives.clipped import luspo
 from grpo_jax.objectives.clipped import ppo_clip
+from grpo_jax.objectives.divergence import dppo
+from grpo_jax.objectives.offpolicy import decoupled_ppo
+from grpo_jax.objectives.offpolicy import f_tis
+from grpo_jax.objectives.offpolicy import vespo
 from grpo_jax.objectives.penalised import R2VPO_CENTERS
 from grpo_jax.objectives.penalised import R2VPO_DELTA
 from grpo_jax.objectives.penalised import R2VPO_ETA
@@ -56,6 +71,7 @@ from grpo_jax.objectives.soft import gpg
 from grpo_jax.objectives.soft import reinforce
 from grpo_jax.objectives.soft import SAPO_GATE_THRESHOLD
 from grpo_jax.objectives.soft import sapo
+from grpo_jax.objectives.soft import spo_simple
 
 names = OBJECTIVES.names
 get = OBJECTIVES.get

@@ -5,8 +5,19 @@ Numerics: the log-ratio ``x = logp - old_logp`` is set to 0 under padding and
 clamped to [-20, 20] before any ``exp``, so log-ratios of +-50 (or -inf under
 padding) give a finite loss and finite gradients. `old_logp` is used as given:
 nothing here replaces it with ``sg(logp)``.
+
+Token weights (`objectives.corrections`: sampler-mismatch TIS / MIS / ICEPOP,
+OPSM, the top-entropy mask) compose with any objective whose loss is built
+here: inside ``with token_weights(w):`` (the bound record's ``loss(...,
+token_weights=w)`` opens it) `token_objective` multiplies each token's loss
+term by its weight, and `sequence_objective` each row's term by its row's
+weight, before the aggregation; the aggregation's count stays the mask's
+(TRL and verl multiply the per-token loss the same way). The pure functions
+are untouched: called directly, no weights are open and nothing changes.
 """
 
+import contextlib
+import contextvars
 import numbers
 from typing import Callable, NamedTuple, Optional, Tuple
 
@@ -215,9 +226,96 @@ def finish(sc: agg.SumCount, batch: Batch, *, ratio: measures.Moments,
 
 
 def token_objective(per_token, batch: Batch, *, aggregation: str,
-                    horizon: Optional[int], clipped, ratio=None):
-  """Aggregates per-token loss terms; ratio statistics over real tokens."""
+                    horizon: Optional[int], clipped, ratio=None,
+                    ratio_moments: Optional[measures.Moments] = None):
+  """Aggregates per-token loss terms; ratio statistics over real tokens
+  (of `ratio`, default the token ratio), or `ratio_moments` as given (a
+  sequence ratio's over rows, say).
+
+  Inside `token_weights` each term is multiplied by its token's weight
+  first; the count (the denominator) is the mask's either way.
+  """
+  weights = _open_weights("token", jnp.shape(per_token))
+  if weights is not None:
+    # where, not a product alone: a masked token's term never leaks in.
+    per_token = jnp.where(weights > 0, per_token * weights, 0.0)
   sc = agg.sum_and_count(per_token, batch.mask, aggregation, horizon=horizon)
-  ratio = batch.ratio if ratio is None else ratio
-  return finish(sc, batch, ratio=measures.Moments.of(ratio, batch.mask),
-                clipped=clipped)
+  if ratio_moments is None:
+    ratio_moments = measures.Moments.of(
+        batch.ratio if ratio is None else ratio, batch.mask)
+  return finish(sc, batch, ratio=ratio_moments, clipped=clipped)
+
+
+def sequence_objective(per_row, batch: Batch, *, ratio: measures.Moments,
+                       clipped):
+  """(loss, ObjectiveAux) of a sequence-level objective: the mean of one
+  term per row over rows with tokens (`aggregation.sequence_sum_and_count`).
+
+  Inside `token_weights` each row's term is multiplied by its row weight,
+  the mean of its tokens' weights (sequence-level corrections give every
+  token of a row the same weight); the count stays the rows with tokens.
+
+  Args:
+    per_row: [N] the rows' loss terms.
+    batch: the prepared inputs.
+    ratio: `Moments` of the ratio the objective trusts.
+    clipped: [N, T] bool, tokens whose gradient the mechanism cut or scaled.
+  """
+  weights = _open_weights("row", jnp.shape(batch.mask))
+  if weights is not None:
+    row_weight = ((weights * batch.mask).sum(axis=-1)
+                  / jnp.maximum(batch.lengths, 1.0))
+    per_row = jnp.where(row_weight > 0, per_row * row_weight, 0.0)
+  sc = agg.sequence_sum_and_count(per_row, batch.row_mask)
+  return finish(sc, batch, ratio=ratio, clipped=clipped)
+
+
+# ------------------------------------------------------------ token weights
+
+
+class Weighting:
+  """The weights open in a `token_weights` block, and how they were used.
+
+  Attributes:
+    weights: [N, T] float32, detached.
+    applied: None until an objective's loss took them; then ``"token"``
+      (`token_objective`) or ``"row"`` (`sequence_objective`).
+  """
+
+  def __init__(self, weights):
+    self.weights = weights
+    self.applied = None
+
+
+_WEIGHTING = contextvars.ContextVar("grpo_jax_token_weights", default=None)
+
+
+@contextlib.contextmanager
+def token_weights(weights):
+  """Opens per-token weights [N, T] for the objective called in the block.
+
+  Yields the `Weighting`, whose ``applied`` then says whether (and how) the
+  objective's loss took them: an objective that builds its loss without
+  `token_objective` or `sequence_objective` leaves it None.
+  """
+  weighting = Weighting(weights)
+  reset = _WEIGHTING.set(weighting)
+  try:
+    yield weighting
+  finally:
+    _WEIGHTING.reset(reset)
+
+
+def _open_weights(kind: str, shape):
+  """The open weights (checked against `shape`), marked as used by `kind`;
+  None outside a `token_weights` block."""
+  weighting = _WEIGHTING.get()
+  if weighting is None:
+    return None
+  weights = jnp.asarray(weighting.weights, jnp.float32)
+  if weights.shape != tuple(shape):
+    raise ValueError(
+        f"token weights must be [N, T] = {tuple(shape)} like the loss terms; "
+        f"got shape {weights.shape}.")
+  weighting.applied = kind
+  return weights

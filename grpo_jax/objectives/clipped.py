@@ -1,4 +1,7 @@
-"""Ratio-clipping objectives: PPO's clip (GRPO, DAPO), GSPO, GMPO, CISPO."""
+"""Ratio-clipping objectives: PPO's clip (GRPO, DAPO), GSPO, LUSPO, GMPO,
+CISPO."""
+
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -13,9 +16,11 @@ from grpo_jax.objectives._kit import OBJECTIVES
     level="token", mechanism="clip", paper="2402.03300",
     examples=({}, {"clip_high": 0.28, "aggregation": "token_mean"},
               {"dual_clip": 3.0},
-              {"aggregation": "seq_mean_token_sum_norm", "horizon": 7}))
+              {"aggregation": "seq_mean_token_sum_norm", "horizon": 7},
+              {"delta": 1.5}))
 def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
-             dual_clip=None, aggregation="seq_mean_token_mean", horizon=None):
+             dual_clip=None, delta=None, aggregation="seq_mean_token_mean",
+             horizon=None):
   """PPO's clipped surrogate as used by GRPO (and DAPO).
 
   Per token, with r = exp(logp - old_logp):
@@ -28,9 +33,17 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
   ``seq_mean_token_mean``). DAPO, arXiv 2503.14476: ``clip_high=0.28`` and
   ``aggregation="token_mean"``. Dual clip: Ye et al., arXiv 1912.09729.
 
+  With `delta` (INTELLECT-2's two-sided clip, arXiv 2505.07291, TRL's
+  ``delta``) the unclipped ratio is capped too:
+    L = -min(min(r, delta) * A, clip(r, 1 - clip_low, 1 + clip_high) * A)
+  which bounds the loss (and cuts the gradient) of a token with A < 0 whose
+  ratio exceeds delta; delta >= 1 + clip_high leaves A > 0 tokens as they
+  were. Value and gradient equal those of ``dual_clip=delta`` (both give
+  min(r, delta) * |A| for A < 0 above the band); INTELLECT-2 uses delta = 4.
+
   clip_fraction: tokens with A > 0 and r > 1 + clip_high, or A < 0 and
-  r < 1 - clip_low (gradient cut by the clip), plus, with dual clip, tokens
-  with A < 0 whose loss the cap -c*A replaced.
+  r < 1 - clip_low (gradient cut by the clip), plus, with dual clip or
+  delta, tokens with A < 0 whose loss the cap replaced.
 
   Args:
     logp: [N, T] log-probs of the sampled tokens under the trained policy.
@@ -39,6 +52,7 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     mask: [N, T] 1 for real completion tokens, 0 for padding.
     clip_low, clip_high: the band [1 - clip_low, 1 + clip_high].
     dual_clip: None (off) or c > 1.
+    delta: None (off) or the cap (>= 1 + clip_high) of the unclipped ratio.
     aggregation: an `aggregation.MODES` entry.
     horizon: the constant of ``seq_mean_token_sum_norm``.
 
@@ -49,9 +63,19 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
   _kit.check_band(clip_low, clip_high)
   if dual_clip is not None:
     _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  if delta is not None:
+    _kit.check_hparam("delta", delta, low=1.0, strict=True)
+    if (isinstance(delta, numbers.Real) and isinstance(clip_high, numbers.Real)
+        and delta < 1.0 + clip_high):
+      raise ValueError(
+          f"delta must be >= 1 + clip_high = {1.0 + clip_high}; got {delta}.")
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   a, ratio = batch.advantages, batch.ratio
   term, cut = _kit.ppo_term(ratio, a, clip_low, clip_high)
+  if delta is not None:
+    banded = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    term = -jnp.minimum(jnp.minimum(ratio, delta) * a, banded * a)
+    cut = cut | ((a < 0) & (ratio > delta))
   if dual_clip is not None:
     cap = -dual_clip * a
     cut = cut | ((a < 0) & (term > cap))
@@ -136,6 +160,48 @@ def gspo_token(logp, old_logp, advantages, mask, *, clip_low=3e-4,
   return _kit.finish(
       sc, batch, ratio=measures.Moments.of(jnp.exp(log_s), batch.row_mask),
       clipped=cut)
+
+
+@OBJECTIVES.register(
+    level="token", mechanism="clip", paper="2602.05261",
+    examples=({}, {"clip_low": 0.2, "clip_high": 0.2}))
+def luspo(logp, old_logp, advantages, mask, *, clip_low=2e-3,
+          clip_high=2.5e-3, aggregation="seq_mean_token_sum", horizon=None):
+  """Length-Unbiased Sequence Policy Optimization: GSPO x length.
+
+    s_i  = exp(sum_t x_it * m_it / n_i)
+    L_i  = -min(s_i * A_i, clip(s_i, 1 - clip_low, 1 + clip_high) * A_i)
+    loss = mean over rows with tokens of n_i * L_i
+
+  GSPO averages L_i over sequences, so each token of a long completion gets
+  a gradient 1/n_i as large as a short one's: a bias against length. LUSPO
+  scales each sequence's term by its length n_i. Written per token it is
+  `gspo_token`'s term (value s_i, the gradient of token t through its own
+  log-prob) under ``seq_mean_token_sum`` aggregation: sum_t L_it / rows =
+  n_i L_i / rows for advantages constant along the row, with per-token
+  credit for [N, T] advantages.
+
+  LUSPO, arXiv 2602.05261, as TRL implements it (``loss_type="luspo"`` with
+  ``importance_sampling_level="sequence"``: ``(L_i * n_i).mean()``; TRL
+  averages over every row of the batch, here over rows with tokens, which
+  differs only for all-padding rows). Defaults: the band 2e-3 / 2.5e-3 of
+  the paper's section 5.1 (TRL's paper index). Another `aggregation` gives
+  GSPO-token with that normalisation, not LUSPO.
+
+  ratio: statistics of s_i over rows with tokens. clip_fraction: as
+  `gspo_token`.
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    clip_low, clip_high: the band on the sequence ratio.
+    aggregation, horizon: see `aggregation.sum_and_count`.
+
+  Returns:
+    (loss, ObjectiveAux).
+  """
+  return gspo_token(logp, old_logp, advantages, mask, clip_low=clip_low,
+                    clip_high=clip_high, aggregation=aggregation,
+                    horizon=horizon)
 
 
 @OBJECTIVES.register(

@@ -8,6 +8,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
+from grpo_jax.objectives import _kit
 from grpo_jax.objectives._kit import OBJECTIVES
 
 # Sequence-level objectives average one term per row with tokens: their
@@ -26,7 +27,10 @@ class Objective(NamedTuple):
     reads: extra batch arrays the loss takes as keywords (none yet).
     init: ``init() -> state`` (``()`` for stateless objectives).
     loss: ``loss(state, logp, old_logp, advantages, mask, *, batch_stats,
-      **extra) -> (loss, ObjectiveAux)``.
+      token_weights=None, **extra) -> (loss, ObjectiveAux)``; with
+      `token_weights` [N, T] (detached, `objectives.corrections`) each
+      token's loss term is multiplied by its weight, and each row's for a
+      sequence-level objective (its row weight), the count unchanged.
     count: ``count(mask) -> the loss denominator``, known before any
       microbatch, so accumulated microbatches divide once by it.
     update: ``update(state, measures) -> state``, once per optimiser step,
@@ -35,6 +39,10 @@ class Objective(NamedTuple):
       measures``: statistics over the whole minibatch (merged over its
       microbatches, then passed to `loss` as `batch_stats`; with
       ``batch_stats=None`` the loss uses its own rows' statistics).
+    weighting: how the loss takes token weights, found at `make`:
+      ``"token"`` (built by `_kit.token_objective`), ``"row"``
+      (`_kit.sequence_objective`), or None (the loss is built otherwise and
+      cannot take them: r2vpo's penalty, a sequence ratio summed by hand).
   """
   name: str
   level: str
@@ -46,6 +54,7 @@ class Objective(NamedTuple):
   count: Callable
   update: Callable
   prepass: Optional[Callable]
+  weighting: Optional[str] = None
 
 
 def _accepted(fn: Callable, options: dict) -> dict:
@@ -121,13 +130,22 @@ def make(name: str, **options) -> Objective:
     return () if spec is None else spec.init(**_accepted(spec.init, options))
 
   def loss(state, logp, old_logp, advantages, mask, *, batch_stats=None,
-           **extra):
+           token_weights=None, **extra):
     kwargs = dict(extra)
     if spec is not None:
       kwargs.update(spec.loss_kwargs(state))
     if prepass_spec is not None and batch_stats is not None:
       kwargs.update(prepass_spec.loss_kwargs(batch_stats))
-    return fn(logp, old_logp, advantages, mask, **kwargs)
+    if token_weights is None:
+      return fn(logp, old_logp, advantages, mask, **kwargs)
+    with _kit.token_weights(token_weights) as weighting:
+      out = fn(logp, old_logp, advantages, mask, **kwargs)
+    if weighting.applied is None:
+      raise ValueError(
+          f"objective {name!r} builds its loss without _kit.token_objective "
+          "or _kit.sequence_objective, so it cannot take token weights "
+          "(corrections); build it with one of them.")
+    return out
 
   def update(state, step_measures):
     if spec is None:
@@ -142,14 +160,18 @@ def make(name: str, **options) -> Objective:
       update=update,
       prepass=None if prepass_spec is None else functools.partial(
           prepass_spec.stats, **_accepted(prepass_spec.stats, resolved)))
-  _check_values(objective)
-  return objective
+  return objective._replace(weighting=_check_values(objective))
 
 
-def _check_values(objective: Objective) -> None:
+def _check_values(objective: Objective) -> Optional[str]:
   """Runs the objective once on one token, so that a bad option value
-  (a negative clip, an unknown centre) fails at `make`, before any compute."""
+  (a negative clip, an unknown centre) fails at `make`, before any compute.
+
+  The run has token weights open: returns how the loss took them
+  (`Objective.weighting`)."""
   ones = jnp.ones((1, 1), jnp.float32)
   args = (-ones, -ones, jnp.ones((1,), jnp.float32), ones)
   stats = None if objective.prepass is None else objective.prepass(*args)
-  objective.loss(objective.init(), *args, batch_stats=stats)
+  with _kit.token_weights(ones) as weighting:
+    objective.loss(objective.init(), *args, batch_stats=stats)
+  return weighting.applied

@@ -1,5 +1,6 @@
 """Regularisers: terms added to any objective's loss (KL to the reference,
-MDP-GRPO's asymmetric KL; LLDS and an entropy bonus are the same kind).
+MDP-GRPO's asymmetric KL, LLDS's likelihood preservation; an entropy bonus
+is the same kind).
 
 A regulariser is ``fn(logp, mask, *, <arrays it reads>, <options>) ->
 (SumCount, measures)``: its weighted (sum, count) pair, divided by the whole
@@ -10,6 +11,7 @@ minibatch's count like the objective's, and its measurement records.
 import functools
 from typing import Callable, NamedTuple, Optional, Tuple
 
+import jax
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
@@ -90,6 +92,106 @@ def asymmetric_kl(logp, mask, *, ref_logp, advantages, beta_pos=0.01,
                                horizon=horizon)
   sc = agg.sum_and_count(terms, mask, aggregation, horizon=horizon)
   return (weighted, {"kl": measures.Mean(sc.total, sc.count)})
+
+
+# LLDS's gates: per chunk of the mask ("action", the A-gate, default) or
+# per row ("response", the R-gate).
+LLDS_GATES = ("action", "response")
+
+
+def _segmented_sums(values, mask):
+  """[N, T] sum of `values` over each token's chunk: the maximal run of
+  mask > 0 it lies in (0 off the mask). Two segmented scans, so no chunk's
+  sum mixes in another's values."""
+  real = mask > 0
+  values = jnp.where(real, values, 0.0)
+  pad = jnp.zeros_like(real[:, :1])
+  joins_previous = real & jnp.concatenate([pad, real[:, :-1]], axis=1)
+  joins_next = real & jnp.concatenate([real[:, 1:], pad], axis=1)
+
+  def add(left, right):
+    (a, _), (b, reset) = left, right
+    return b + jnp.where(reset, 0.0, a), left[1] | reset
+
+  forward, _ = jax.lax.associative_scan(add, (values, ~joins_previous),
+                                        axis=1)
+  backward, _ = jax.lax.associative_scan(add, (values, ~joins_next), axis=1,
+                                         reverse=True)
+  return jnp.where(real, forward + backward - values, 0.0)
+
+
+def _row_sums(values, real):
+  """[N, T] each row's sum of `values` over its real tokens, on every token."""
+  del real  # values are 0 off the mask already
+  return jnp.broadcast_to(values.sum(axis=-1, keepdims=True), values.shape)
+
+
+# The sum a gate tests, by gate: over the token's chunk or its whole row.
+_LLDS_SPANS = {"action": _segmented_sums, "response": _row_sums}
+
+
+@REGULARISERS.register(
+    reads=("old_logp", "advantages"), paper="2512.04220",
+    examples=({}, {"gate": "response"}, {"lam": 1.0}))
+def llds(logp, mask, *, advantages, old_logp=None, lam=0.2, gate="action",
+         aggregation="seq_mean_token_mean", horizon=None):
+  """LLDS: a likelihood-preserving penalty on the tokens of non-negative
+  advantage whose likelihood fell.
+
+    d_t   = sg(old_logp_t) - logp_t,   pen_t = max(0, d_t)
+    g     = 1[sum of d over the gate's span > 0]
+              gate="action" (A-gate): the span is the token's chunk, a
+                maximal run of mask = 1 (tool observations, masked out,
+                separate the actions); gate="response" (R-gate): the row
+    L     = lam * aggregate(g * 1[A >= 0] * pen_t)
+
+  It acts only where a span's likelihood decreased since the rollout, and
+  only on the tokens whose log-prob dropped, so it is 0 on policy
+  (logp = old_logp, or `old_logp` None) and needs several optimiser steps
+  per batch. For single-turn rows the A-gate equals the R-gate. With [N, T]
+  advantages the preserving set is the tokens with A_t >= 0.
+
+  "On GRPO Collapse in Agent Search: The Lazy Likelihood-Displacement",
+  arXiv 2512.04220; the authors' ``dp_actor.py`` (the "no_reduce" block) and
+  ``train_grpo_nqhot.sh``: lam = 0.2 (``NO_REDUCE_LAMBDA``), the A-gate
+  ("best in our experiments"). Their optional answer-span weight
+  (``MASK_WEIGHT``, off by default) is not built. Their normalisation is the
+  token mean over all response tokens; here the term follows the
+  objective's aggregation (`make` binds it, like the KL's), which is theirs
+  with a ``token_mean`` objective.
+
+  Args:
+    logp: [N, T] policy log-probs (with gradient).
+    mask: [N, T] loss tokens.
+    advantages: [N] or [N, T] the batch's advantages (only their sign).
+    old_logp: [N, T] the rollout policy's log-probs, or None (on policy).
+    lam: the coefficient (>= 0).
+    gate: one of LLDS_GATES.
+    aggregation, horizon: the objective's aggregation.
+
+  Returns:
+    (SumCount of lam * the penalties, {"llds": Mean of the unweighted
+    penalty, "llds_gated": Mean share of real tokens in an active gate of
+    the preserving set}).
+  """
+  if gate not in LLDS_GATES:
+    raise ValueError(f"gate={gate!r} is unknown; choose one of {LLDS_GATES}.")
+  if not lam >= 0:
+    raise ValueError(f"lam={lam!r} must be >= 0.")
+  real = jnp.asarray(mask) > 0
+  logp = jnp.where(real, jnp.asarray(logp, jnp.float32), 0.0)
+  old = (logp if old_logp is None
+         else jnp.where(real, jnp.asarray(old_logp, jnp.float32), 0.0))
+  d = jnp.where(real, jax.lax.stop_gradient(old) - logp, 0.0)
+  drop = jax.lax.stop_gradient(d)
+  span = _LLDS_SPANS[gate](drop, real)
+  adv = jnp.where(real, _row_advantages(advantages, d.shape), 0.0)
+  gated = real & (span > 0) & (adv >= 0)
+  penalty = jnp.where(gated, jnp.maximum(d, 0.0), 0.0)
+  sc = agg.sum_and_count(penalty, mask, aggregation, horizon=horizon)
+  return (agg.SumCount(lam * sc.total, sc.count),
+          {"llds": measures.Mean(sc.total, sc.count),
+           "llds_gated": measures.Mean.of(gated, mask)})
 
 
 class Regulariser(NamedTuple):

@@ -1,5 +1,6 @@
-"""Objectives without a hard clip: CFPO's quadratic trust region, SAPO's
-sigmoid gate, and REINFORCE (no trust region at all)."""
+"""Objectives without a hard clip: CFPO's quadratic trust region (also
+registered as SPO, ``spo_simple``), SAPO's sigmoid gate, and REINFORCE (no
+trust region at all)."""
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,13 @@ def cfpo(logp, old_logp, advantages, mask, *, epsilon=0.2,
           | ((a < 0) & (ratio < 1.0 - epsilon)))
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon, clipped=past, ratio=ratio)
+
+
+# Simple Policy Optimization (arXiv 2401.16025) is the same objective: one
+# function under a second name, not a copy (VARIANTS.md 2.6).
+spo_simple = OBJECTIVES.register(
+    "spo_simple", level="token", mechanism="penalty", paper="2401.16025",
+    examples=({}, {"epsilon": 0.1, "aggregation": "token_mean"}))(cfpo)
 
 
 @OBJECTIVES.register(

@@ -1,0 +1,315 @@
+"""Objectives that weigh tokens by a behaviour policy: decoupled PPO, F-TIS
+and VESPO, and the behaviour log-probs they (and DPPO) read.
+
+Three policies can meet in one loss:
+
+* the **behaviour** policy mu that drew the tokens: the batch's
+  ``sampler_logp`` (the sampler's own tempered log-probs; for replayed or
+  peer-generated rows, the policy that generated them);
+* the **proximal** policy pi_old: ``old_logp``, the trainer's own forward
+  pass before the batch's first optimiser step;
+* the **current** policy pi_theta: ``logp``.
+
+An objective here declares ``reads=("sampler_logp",)``, so the trainer passes
+the batch's sampler log-probs as a keyword. Without them (a batch built
+without the sampler's log-probs, or a direct call) the behaviour policy is
+the proximal one: ``sampler_logp=None`` means mu = pi_old.
+"""
+
+import math
+import numbers
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax import aggregation as agg
+from grpo_jax import measures
+from grpo_jax.objectives import _kit
+from grpo_jax.objectives._kit import OBJECTIVES
+from grpo_jax.objectives.soft import SAPO_GATE_THRESHOLD
+
+# The batch arrays these objectives read beside (logp, old_logp, adv, mask).
+READS = ("sampler_logp",)
+
+# F-TIS's row filters: the statistic of the log-ratio log(pi / mu) that must
+# lie in [log band_low, log band_high].
+FTIS_FILTERS = ("sequence_mean", "sequence_sum", "token")
+
+# VESPO clamps its log sequence ratio from below here (TRL: log 1e-8).
+VESPO_LOG_W_MIN = math.log(1e-8)
+
+
+def behaviour_logp(sampler_logp, old_logp, mask) -> jnp.ndarray:
+  """[N, T] float32 behaviour log-probs, 0 under padding.
+
+  Args:
+    sampler_logp: [N, T] the behaviour policy's log-probs, or None (then
+      the behaviour policy is the proximal one, `old_logp`).
+    old_logp: [N, T] the proximal policy's log-probs.
+    mask: [N, T] loss tokens.
+
+  Raises:
+    ValueError naming ``sampler_logp`` when its shape is not logp's.
+  """
+  source = old_logp if sampler_logp is None else sampler_logp
+  source, mask = jnp.asarray(source), jnp.asarray(mask)
+  if source.shape != mask.shape:
+    raise ValueError(
+        f"sampler_logp must be [N, T] = {tuple(mask.shape)} like logp; got "
+        f"shape {tuple(source.shape)}.")
+  # Padding may hold -inf or NaN: select, never multiply.
+  return jnp.where(mask > 0, source.astype(jnp.float32), 0.0)
+
+
+def log_ratio_to(logp, reference) -> jnp.ndarray:
+  """clip(logp - reference, -20, 20): the log-ratio before any exp."""
+  return jnp.clip(logp - reference, -_kit.LOG_RATIO_BOUND,
+                  _kit.LOG_RATIO_BOUND)
+
+
+def _capped(log_weight, cap):
+  """sg(min(exp(log_weight), cap)) and where the cap bound; cap None: no cap."""
+  weight = jnp.exp(log_weight)
+  if cap is None:
+    return jax.lax.stop_gradient(weight), jnp.zeros(weight.shape, bool)
+  return (jax.lax.stop_gradient(jnp.minimum(weight, cap)), weight > cap)
+
+
+def behaviour_weight_measures(old_logp, sampler_logp, mask, *,
+                              is_cap: Optional[float] = None) -> dict:
+  """Statistics of decoupled PPO's behaviour weight w = exp(old - mu).
+
+  Returns ``{"is_weight": Moments of min(w, is_cap), "is_truncated": Mean
+  share of real tokens with w > is_cap}``, records that merge exactly across
+  microbatches. `ObjectiveAux` has no field for extra records yet; these are
+  for the trainer to report beside the objective's own once it has.
+  """
+  mask = jnp.asarray(mask, jnp.float32)
+  old = jnp.where(mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  mu = behaviour_logp(sampler_logp, old, mask)
+  weight, truncated = _capped(log_ratio_to(old, mu), is_cap)
+  return measures.stop_gradient({
+      "is_weight": measures.Moments.of(weight, mask),
+      "is_truncated": measures.Mean.of(truncated, mask)})
+
+
+@OBJECTIVES.register(
+    level="token", mechanism="clip", paper="2110.00641", reads=READS,
+    examples=({}, {"is_cap": 2.0, "aggregation": "token_mean"},
+              {"dual_clip": 3.0, "clip_high": 0.28}))
+def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
+                  clip_high=0.2, is_cap=None, dual_clip=None,
+                  sampler_logp=None, aggregation="seq_mean_token_mean",
+                  horizon=None):
+  """Decoupled PPO: a proximal policy for the clip, a behaviour policy for
+  the importance weight.
+
+    w   = sg(min(exp(old_logp - behav_logp), is_cap))     (is_cap None: no cap)
+    r   = exp(logp - old_logp)
+    L_t = -w * min(r*A, clip(r, 1 - clip_low, 1 + clip_high) * A)
+
+  with PPO's dual clip for A < 0 (``min(L_ppo, -c*A)``, before the weight)
+  when `dual_clip` = c is set. The trust region is centred on the proximal
+  policy pi_old, so stale or mismatched behaviour data (a sampler whose
+  log-probs differ from the trainer's, replayed rows) is corrected by w
+  without widening the clip. With behav_logp = old_logp (or no
+  `sampler_logp`) w = 1 and this is `ppo_clip` exactly, default aggregation
+  included.
+
+  Hilton, Cobbe and Schulman, "Batch size-invariance for policy
+  optimization", arXiv 2110.00641; verl's rollout-correction notes
+  (``docs/algo/rollout_corr_math.md``, decoupled mode). Exact.
+
+  ratio: statistics of r (the proximal ratio the clip trusts).
+  clip_fraction: as `ppo_clip` (the clip's and the dual clip's cuts). The
+  behaviour weight's statistics are not in `ObjectiveAux`, which has no
+  field for them; `behaviour_weight_measures` computes them.
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    clip_low, clip_high: the band [1 - clip_low, 1 + clip_high] on r.
+    is_cap: the truncation C_is of the behaviour weight (> 0), or None.
+    dual_clip: None (off) or c > 1.
+    sampler_logp: [N, T] the behaviour policy's log-probs (read from the
+      batch), or None (behaviour = proximal).
+    aggregation, horizon: see `aggregation.sum_and_count`.
+
+  Returns:
+    (loss, ObjectiveAux).
+  """
+  agg.check_mode(aggregation, horizon)
+  _kit.check_band(clip_low, clip_high)
+  if is_cap is not None:
+    _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  if dual_clip is not None:
+    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  batch = _kit.prepare(logp, old_logp, advantages, mask)
+  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  mu = behaviour_logp(sampler_logp, old, batch.mask)
+  weight, _ = _capped(log_ratio_to(old, mu), is_cap)
+  a, ratio = batch.advantages, batch.ratio
+  term, cut = _kit.ppo_term(ratio, a, clip_low, clip_high)
+  if dual_clip is not None:
+    cap = -dual_clip * a
+    cut = cut | ((a < 0) & (term > cap))
+    term = jnp.where(a < 0, jnp.minimum(term, cap), term)
+  return _kit.token_objective(weight * term, batch, aggregation=aggregation,
+                              horizon=horizon, clipped=cut, ratio=ratio)
+
+
+@OBJECTIVES.register(
+    level="token", mechanism="weight", paper="F-TIS (seed 000 para. 52; "
+    "reconstruction)", reads=READS,
+    examples=({}, {"filter": "token", "is_cap": 1.5},
+              {"filter": "sequence_sum", "band_low": 0.25, "band_high": 4.0,
+               "aggregation": "seq_mean_token_mean"}))
+def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
+          band_high=2.0, filter="sequence_mean",  # pylint: disable=redefined-builtin
+          sampler_logp=None, aggregation="token_mean", horizon=None):
+  """Filtered Truncated Importance Sampling (reconstruction).
+
+    x_t    = logp_t - behav_logp_t
+    w_t    = sg(min(exp(x_t), is_cap))
+    keep   = sg(log band_low <= s <= log band_high), with s by `filter`:
+               "sequence_mean": s_i = sum_t x_t m_t / n_i  (the geometric-mean
+                                ratio of the row; the default)
+               "sequence_sum":  s_i = sum_t x_t m_t      (the product ratio)
+               "token":         s_it = x_t               (each token alone)
+    L_t    = -w_t * A * logp_t * keep
+
+  F-TIS (seed 000 para. 52) trains on rows generated by heterogeneous peer
+  models: behav_logp is the log-prob of the model that generated the row.
+  No code was found; this is a **reconstruction** (VARIANTS.md 2.4), every
+  constant a keyword: is_cap C = 2, band [0.5, 2]. For local rows
+  (behav = pi_old) it is CISPO-like REINFORCE with a truncated IS weight.
+
+  Denominator: a filtered row (or token) contributes 0 to the sum but stays
+  in the aggregation's count. VARIANTS.md asks for it to leave the
+  denominator too; the filter depends on the current logp and on
+  `sampler_logp`, and the trainer's count is fixed from the mask before the
+  first microbatch (a pre-pass that sees `sampler_logp` would make the
+  kept-token denominator exact under microbatching; there is none yet).
+
+  ratio: statistics of exp(x) over real tokens. clip_fraction: real tokens
+  whose weight the cap truncated or that the filter dropped.
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    is_cap: the truncation C of the weight (> 0).
+    band_low, band_high: the filter band (0 < band_low <= 1 <= band_high).
+    filter: one of FTIS_FILTERS.
+    sampler_logp: [N, T] the generating model's log-probs (read from the
+      batch), or None (the proximal policy's, `old_logp`).
+    aggregation, horizon: see `aggregation.sum_and_count`.
+
+  Returns:
+    (loss, ObjectiveAux).
+  """
+  agg.check_mode(aggregation, horizon)
+  if filter not in FTIS_FILTERS:
+    raise ValueError(
+        f"filter={filter!r} is unknown; choose one of {FTIS_FILTERS}.")
+  _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  _kit.check_hparam("band_low", band_low, low=0.0, strict=True)
+  _kit.check_hparam("band_high", band_high, low=1.0)
+  if isinstance(band_low, numbers.Real) and band_low > 1.0:
+    raise ValueError(f"band_low must be <= 1; got {band_low}.")
+  batch = _kit.prepare(logp, old_logp, advantages, mask)
+  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  mu = behaviour_logp(sampler_logp, old, batch.mask)
+  x = log_ratio_to(batch.logp, mu) * batch.mask
+  weight, truncated = _capped(x, is_cap)
+  row_sum = x.sum(axis=-1, keepdims=True)
+  statistic = {
+      "sequence_mean": row_sum / jnp.maximum(batch.lengths, 1.0)[:, None],
+      "sequence_sum": row_sum,
+      "token": x}[filter]
+  statistic = jax.lax.stop_gradient(statistic)
+  keep = ((statistic >= jnp.log(band_low))
+          & (statistic <= jnp.log(band_high)))
+  keep = jnp.broadcast_to(keep, batch.mask.shape)
+  term = -weight * batch.advantages * batch.logp * keep
+  return _kit.token_objective(term, batch, aggregation=aggregation,
+                              horizon=horizon, clipped=truncated | ~keep,
+                              ratio=jnp.exp(x))
+
+
+def vespo_log_weight(batch: _kit.Batch, old, mu, is_cap):
+  """[N] log W_i = clip(sum_t x_t m_t + sum_t log c_t m_t, log 1e-8, 20), with
+  the sampler correction log c_t = min(clip(old - mu, log 1e-8, 20), log
+  is_cap) (0 without sampler log-probs)."""
+  log_w = (batch.log_ratio * batch.mask).sum(axis=-1)
+  log_c = jnp.clip(old - mu, VESPO_LOG_W_MIN, _kit.LOG_RATIO_BOUND)
+  if is_cap is not None:
+    log_c = jnp.minimum(log_c, jnp.log(is_cap))
+  log_w = log_w + (log_c * batch.mask).sum(axis=-1)
+  return jnp.clip(log_w, VESPO_LOG_W_MIN, _kit.LOG_RATIO_BOUND)
+
+
+@OBJECTIVES.register(
+    level="token", mechanism="weight", paper="2602.10693", reads=READS,
+    examples=({}, {"k_pos": 1.0, "lambda_pos": 1.0, "k_neg": 1.0,
+                   "lambda_neg": 1.0, "aggregation": "seq_mean_token_mean"},
+              {"is_cap": None}))
+def vespo(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0,
+          k_neg=3.0, lambda_neg=2.0, is_cap=3.0, sampler_logp=None,
+          aggregation="token_mean", horizon=None):
+  """VESPO: a Gamma-shaped soft weight on the sequence ratio.
+
+    W_i   = prod_t pi(y_t) / mu(y_t)   (the PRODUCT over the row's tokens,
+                                        clamped to [1e-8, e^20])
+    phi   = exp(lam + k log W - lam W) = W^k e^{lam (1 - W)}    (phi(1) = 1)
+    L_t   = -sg(phi(W_i)) * A_t * logp_t
+    (k, lam) = (k_pos, lambda_pos) if A_t >= 0 else (k_neg, lambda_neg)
+
+  phi rises from 0 at W = 0 to its peak at W = k / lam and decays
+  exponentially for large W, so stale or mismatched rows fade smoothly
+  instead of being clipped; on policy W = 1, phi = 1 and the gradient is
+  REINFORCE's. The behaviour policy mu is pi_old times the sampler
+  correction: log W_i = sum_t (logp - old_logp) + sum_t min(old_logp -
+  sampler_logp, log is_cap), the token-truncated IS ratio folded into W as
+  TRL does (``vllm_importance_sampling_mode="token_truncate"``, C_max 3);
+  without `sampler_logp` mu = pi_old.
+
+  VESPO, arXiv 2602.10693, as implemented in TRL (``loss_type="vespo"``,
+  ``GRPOTrainer.get_gamma_weights``): defaults k_pos=2, lambda_pos=3,
+  k_neg=3, lambda_neg=2, token mean. W is the product ratio on purpose (the
+  paper's sequence-level ratio; a mean would not be VESPO).
+
+  ratio: statistics of W_i over real tokens (each row's W once per token).
+  clip_fraction: real tokens whose gradient the weight at least halved
+  (phi < SAPO_GATE_THRESHOLD).
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    k_pos, lambda_pos, k_neg, lambda_neg: the Gamma shape and rate (> 0)
+      for A >= 0 and A < 0.
+    is_cap: the truncation of the sampler correction exp(old - sampler)
+      (> 0), or None.
+    sampler_logp: [N, T] the sampler's log-probs (read from the batch), or
+      None.
+    aggregation, horizon: see `aggregation.sum_and_count`.
+
+  Returns:
+    (loss, ObjectiveAux).
+  """
+  agg.check_mode(aggregation, horizon)
+  for name, value in (("k_pos", k_pos), ("lambda_pos", lambda_pos),
+                      ("k_neg", k_neg), ("lambda_neg", lambda_neg)):
+    _kit.check_hparam(name, value, low=0.0, strict=True)
+  if is_cap is not None:
+    _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  batch = _kit.prepare(logp, old_logp, advantages, mask)
+  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  mu = behaviour_logp(sampler_logp, old, batch.mask)
+  log_w = vespo_log_weight(batch, old, mu, is_cap)[:, None]
+  a = batch.advantages
+  k = jnp.where(a >= 0, k_pos, k_neg)
+  lam = jnp.where(a >= 0, lambda_pos, lambda_neg)
+  phi = jax.lax.stop_gradient(jnp.exp(lam + k * log_w - lam * jnp.exp(log_w)))
+  term = -phi * a * batch.logp
+  return _kit.token_objective(
+      term, batch, aggregation=aggregation, horizon=horizon,
+      clipped=phi < SAPO_GATE_THRESHOLD,
+      ratio=jnp.broadcast_to(jnp.exp(log_w), batch.mask.shape))
