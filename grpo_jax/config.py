@@ -141,6 +141,15 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.entropy = ml_collections.ConfigDict()
   c.entropy.coef = 0.0
 
+  # LLDS (regularisers "llds", arXiv 2512.04220): coef * the likelihood drop
+  # of tokens with A >= 0 whose gate span lost likelihood since the rollout,
+  # aggregated like the objective; 0 = off. It is 0 on policy, so it needs
+  # several optimiser steps per batch (train.num_minibatches or
+  # num_iterations > 1).
+  c.llds = ml_collections.ConfigDict()
+  c.llds.coef = 0.0               # the paper's lambda (0.2); 0 = off
+  c.llds.gate = "action"          # "action" (the A-gate) or "response" (R)
+
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.learning_rate = 1e-6
   c.optimizer.warmup_steps = 0    # optimiser steps
@@ -421,7 +430,8 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """
   # Late imports: configs stay importable without jax until validation.
   from grpo_jax import advantages, credit, kl, objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import checkpoint, rewards, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax import checkpoint, rewards, rollout, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax.objectives import regularisers  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
     _fail("model.name", "is empty",
@@ -564,6 +574,13 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "a constant normaliser")
   _check_corrections(c, objective)
   _positive(c, "entropy.coef", allow_zero=True)
+  _positive(c, "llds.coef", allow_zero=True)
+  _check_choice("llds.gate", c.llds.gate, regularisers.LLDS_GATES)
+  if c.llds.coef > 0 and rollout.is_on_policy(c):
+    _fail("llds.coef", f"{c.llds.coef!r} is set but each batch feeds one "
+          "optimiser step, where logp = old_logp and the penalty is 0",
+          "train off policy (e.g. --config.train.num_minibatches=4), or set "
+          "llds.coef=0")
 
   _positive(c, "kl.beta", allow_zero=True)
   _positive(c, "kl.beta_neg", allow_zero=True)

@@ -452,8 +452,9 @@ def make_components(config) -> dict:
   ``TrainState.states``: the rollout's stages (`rollout.STAGES`: select,
   groups, advantage, credit, rows), ``objective`` and each regulariser
   (``kl`` when ``kl.beta > 0``, ``asymmetric_kl`` with ``kl.beta_neg >
-  0`` too, ``entropy_bonus`` when ``entropy.coef > 0``, aggregated like the
-  objective). The corrections are stateless: `make_corrections`."""
+  0`` too, ``entropy_bonus`` when ``entropy.coef > 0``, ``llds`` when
+  ``llds.coef > 0``, aggregated like the objective). The corrections are
+  stateless: `make_corrections`."""
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
   components = dict(rollout_lib.make_components(config), objective=objective)
@@ -469,6 +470,10 @@ def make_components(config) -> dict:
   if config.entropy.coef > 0:
     components["entropy_bonus"] = regularisers_lib.make(
         "entropy_bonus", coef=float(config.entropy.coef),
+        aggregation=objective.aggregation, horizon=objective.horizon)
+  if config.llds.coef > 0:
+    components["llds"] = regularisers_lib.make(
+        "llds", lam=float(config.llds.coef), gate=config.llds.gate,
         aggregation=objective.aggregation, horizon=objective.horizon)
   return components
 

@@ -77,6 +77,9 @@ def test_variants_set_what_their_papers_say():
     ("groups.name", "dynamic", "groups.name"),
     ("rows.name", "truncated", "rows.name"),
     ("credit.name", "nope", "credit.name"),
+    ("llds.coef", -0.1, "llds.coef"),
+    ("llds.coef", 0.2, "llds.coef"),  # grpo is on policy: llds would be 0
+    ("llds.gate", "token", "llds.gate"),
 ])
 def test_invalid_values_name_the_field(field, value, named):
   config = load("grpo")

@@ -325,12 +325,14 @@ def test_a_sequence_objective_takes_a_row_weight():
   sequence correction's weight as its row's: sum_i w_i L_i / rows."""
   with objectives.OBJECTIVES.scoped():
     @objectives.OBJECTIVES.register(level="sequence", mechanism=None)
-    def row_reinforce(logp, old_logp, advantages, mask):
+    def row_reinforce(logp, old_logp, advantages, mask, *,
+                      token_weights=None):
       batch = _kit.prepare(logp, old_logp, advantages, mask)
       per_row = -_kit.row_advantages(batch) * _kit.sequence_log_ratio(batch)
       return _kit.sequence_objective(
           per_row, batch, ratio=measures.Moments.of(batch.ratio, batch.mask),
-          clipped=jnp.zeros(batch.mask.shape, bool))
+          clipped=jnp.zeros(batch.mask.shape, bool),
+          token_weights=token_weights)
 
     record = objectives.make("row_reinforce")
     assert record.weighting == "row"
@@ -373,9 +375,7 @@ def test_token_objective_reports_given_ratio_moments_and_weighs_terms():
   _, aux = _kit.token_objective(term, batch, **kwargs)
   testing.assert_close(aux.ratio, rows)
   w = jnp.asarray(np.where(real, 0.5, 0.0), jnp.float32)
-  with _kit.token_weights(w) as weighting:
-    _, weighted = _kit.token_objective(term, batch, **kwargs)
-  assert weighting.applied == "token"
+  _, weighted = _kit.token_objective(term, batch, token_weights=w, **kwargs)
   testing.assert_close(weighted.loss_sum, 0.5 * aux.loss_sum)
   testing.assert_close(weighted.loss_count, aux.loss_count)
 
@@ -386,12 +386,56 @@ def test_objectives_that_cannot_take_weights_say_so():
   with pytest.raises(ValueError, match="cannot weight objective 'r2vpo'"):
     corrections.check_compatible(r2vpo, [corrections.make("tis")])
   ones = jnp.ones((2, 3))
-  with pytest.raises(ValueError, match="cannot take token weights"):
+  with pytest.raises(ValueError, match="'r2vpo' takes no token_weights="):
     r2vpo.loss(r2vpo.init(), -ones, -ones, jnp.ones(2), ones,
                token_weights=ones)
   with pytest.raises(ValueError, match="sequence-level"):
     corrections.check_compatible(objectives.make("gmpo"),
                                  [corrections.make("top_entropy")])
+
+
+SAMPLER_CORRECTIONS = ("tis", "tis_sequence", "mis", "mis_sequence",
+                       "icepop")
+
+
+@pytest.mark.parametrize("objective,options", [
+    ("decoupled_ppo", {}), ("f_tis", {}), ("vespo", {}),
+    ("dppo", {"anchor": "behav"})])
+def test_a_sampler_correction_on_a_behaviour_weighted_objective_is_refused(
+    objective, options):
+  """The objective weighs its terms by pi_old / mu (or pi / mu) itself: a
+  sampler-mismatch correction would weigh them by the ratio again."""
+  record = objectives.make(objective, **options)
+  assert record.behaviour_weight
+  for name in SAMPLER_CORRECTIONS:
+    with pytest.raises(ValueError, match=(
+        rf"correction '{name}' weighs each term by the sampler-mismatch "
+        rf"ratio pi_old / mu, but objective '{objective}' already weighs "
+        r"its terms by the behaviour policy.*count twice: drop "
+        rf"'{name}'.*ppo_clip; dppo with anchor='old'")):
+      corrections.check_compatible(record, [corrections.make(name)])
+  # The other corrections weigh something else: no double count.
+  corrections.check_compatible(record, [corrections.make("opsm"),
+                                        corrections.make("top_entropy")])
+
+
+def test_sampler_corrections_compose_with_objectives_that_do_not_weigh_by_it():
+  for objective, options in (("dppo", {"anchor": "old"}), ("ppo_clip", {}),
+                             ("cispo", {}), ("luspo", {})):
+    record = objectives.make(objective, **options)
+    assert not record.behaviour_weight
+    corrections.check_compatible(
+        record, [corrections.make(n) for n in SAMPLER_CORRECTIONS])
+
+
+def test_the_config_refuses_a_double_sampler_correction():
+  def double(c):
+    c.objective.name = "decoupled_ppo"
+    c.objective.kwargs = ml_collections.ConfigDict()
+    c.train.num_minibatches = 2
+    c.corrections = ml_collections.ConfigDict({"icepop": {}})
+  bad(double, r"config\.corrections: correction 'icepop' weighs each term "
+      r".*'decoupled_ppo'.*change --config\.objective\.name")
 
 
 def test_make_rejects_bad_options():

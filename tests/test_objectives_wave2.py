@@ -1,5 +1,7 @@
-"""Objectives of issue 14: CE-GPPO, DPPO, decoupled PPO, F-TIS, SPO (the
-cfpo alias), LUSPO, VESPO, ppo_clip's delta, and the LLDS regulariser.
+"""Objectives of issue 14: CE-GPPO, DPPO, decoupled PPO (and its IS-weight
+records), F-TIS, SPO (the cfpo alias), LUSPO, VESPO, ppo_clip's delta, the
+LLDS regulariser and its config; token weights on GSPO, GMPO, GSPO-token,
+LUSPO and VESPO; options that name an array the trainer passes.
 
 Expected values are VARIANTS.md's float64 test vectors (section 2) or are
 worked out here in plain numpy from the formulas, never taken from the
@@ -17,10 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from grpo_jax import config as config_lib
+from grpo_jax import measures
 from grpo_jax import objectives
+from grpo_jax import rollout
 from grpo_jax import testing
+from grpo_jax import train
+from grpo_jax.objectives import corrections
 from grpo_jax.objectives import divergence
-from grpo_jax.objectives import offpolicy
 from grpo_jax.objectives import regularisers
 
 WAVE2 = ("ce_gppo", "dppo", "decoupled_ppo", "f_tis", "spo_simple", "luspo",
@@ -240,14 +246,31 @@ def test_decoupled_ppo_is_ppo_clip_when_behaviour_is_proximal(kwargs):
                        sampler_logp=sampler, **kwargs), want, rtol=1e-6)
 
 
-def test_behaviour_weight_measures_by_hand():
-  old, mu = row(np.log(DEC_PROX)), row(np.log(DEC_MU))
-  m = offpolicy.behaviour_weight_measures(old, mu, jnp.ones((1, 3)),
-                                          is_cap=1.8)
-  w = np.minimum(DEC_PROX / DEC_MU, 1.8)  # [1.8, 1, 1.5]
-  testing.assert_close(m["is_weight"].mean, w.mean(), rtol=1e-5)
-  testing.assert_close(m["is_weight"].max, 1.8, rtol=1e-6)
-  testing.assert_close(m["is_truncated"].value(), 1 / 3)
+def test_decoupled_ppo_reports_its_behaviour_weight_merged_exactly():
+  """Row 1: pi_old / mu = [2, 1, 1.5] -> w = [1.8, 1, 1.5] at C_is 1.8; row
+  2: [5, 1] and a padding token -> [1.8, 1]. Over the five real tokens:
+  is_weight mean 7.1 / 5, max 1.8, min 1; truncated 2 / 5. Each row alone,
+  its records merged, gives the same."""
+  old = jnp.asarray(np.log([DEC_PROX, [0.5, 0.5, 0.5]]), jnp.float32)
+  sampler = jnp.asarray(np.log([DEC_MU, [0.1, 0.5, 0.5]]), jnp.float32)
+  mask = jnp.asarray([[1, 1, 1], [1, 1, 0]], jnp.float32)
+  adv = jnp.asarray([1.0, -1.0])
+
+  def records(rows):
+    _, aux = objectives.decoupled_ppo(
+        old[rows] + 0.01, old[rows], adv[rows], mask[rows],
+        sampler_logp=sampler[rows], is_cap=1.8)
+    return aux.measures()
+
+  whole = measures.values(records(slice(None)))
+  merged = measures.values(measures.merge(records(slice(0, 1)),
+                                          records(slice(1, 2))))
+  want = {"is_weight_mean": 7.1 / 5, "is_weight_max": 1.8,
+          "is_weight_min": 1.0, "is_truncated": 2 / 5}
+  for got in (whole, merged):
+    for key, value in want.items():
+      testing.assert_close(got[key], value, rtol=1e-5)
+  assert {"ratio_mean", "clip_fraction", "approx_kl"} <= set(whole)
 
 
 # ----------------------------------------------------------------- F-TIS
@@ -262,6 +285,18 @@ def test_f_tis_vector():
                       sampler_logp=row(np.log(DEC_MU)))
   testing.assert_close(loss, 1.386294 - 1.287550 + 0.158041, atol=2e-6)
   testing.assert_close(g, row([-2.0, 0.8, -1.5]), rtol=1e-5)
+
+
+def test_f_tis_reports_its_truncated_weight():
+  """pi / mu = [2.5, .8, 1.5] at C 2: is_weight [2, .8, 1.5], one token of
+  three truncated."""
+  _, aux = objectives.f_tis(row(np.log(DEC_PI)), row(np.log(DEC_PROX)),
+                            row(DEC_A), jnp.ones((1, 3)),
+                            sampler_logp=row(np.log(DEC_MU)))
+  got = measures.values(aux.measures())
+  testing.assert_close(
+      (got["is_weight_mean"], got["is_weight_max"], got["is_truncated"]),
+      (4.3 / 3, 2.0, 1 / 3), rtol=1e-5)
 
 
 @pytest.mark.parametrize("ratios,filt,kept", [
@@ -562,6 +597,189 @@ def test_llds_through_make_and_bad_gate():
     bad.loss((), logp, mask, old_logp=old, advantages=adv)
 
 
+@pytest.mark.parametrize("gate,want", [("action", 0.2 * 0.5 / 4),
+                                       ("response", 0.0)])
+def test_llds_is_built_from_the_config(gate, want):
+  """configs/llds.py: lambda 0.2, aggregated like ppo_clip (seq_mean_token_
+  mean). One row of two chunks, d = old - logp = [.5, -.2 | .1, -.5], A = 1:
+  the A-gate opens the first chunk (sum .3 > 0), whose penalty is [.5, 0]:
+  0.2 * .5 / 4 tokens; the R-gate sees the row's sum -.1 and stays shut."""
+  config = importlib.import_module("configs.llds").get_config("tiny")
+  config.llds.gate = gate
+  reg = train.make_components(config)["llds"]
+  mask = row([1, 1, 0, 1, 1])
+  old = jnp.full((1, 5), -1.0)
+  logp = old - row([0.5, -0.2, 0.0, 0.1, -0.5])
+  sc, _ = reg.loss((), logp, mask, old_logp=old, advantages=jnp.ones(1))
+  testing.assert_close((sc.total, sc.count), (want, 1.0), rtol=1e-6,
+                       atol=1e-8)
+
+
+def test_llds_config_fields_default_off_and_are_checked():
+  base = config_lib.get_base_config()
+  assert "llds" not in train.make_components(config_lib.use_tiny(base))
+  del base["llds"]  # a checkpoint's config from before the field
+  assert config_lib.with_defaults(base).llds.coef == 0.0
+  on_policy = importlib.import_module("configs.llds").get_config("tiny")
+  on_policy.train.num_minibatches = 1
+  with pytest.raises(ValueError, match=(
+      r"config\.llds\.coef: 0\.2 is set but each batch feeds one optimiser "
+      r"step.*num_minibatches=4")):
+    config_lib.validate(on_policy)
+
+
+def test_the_llds_config_acts_in_a_real_off_policy_step():
+  """configs/llds.py:tiny, one rollout in its 4 minibatches. The tiny model
+  earns no reward (every A = 0: nothing would move), so every advantage is
+  set to +1 (every token preserving). The first minibatch is on the
+  rollout's params, so its penalty is float noise; after it the
+  likelihood of some unseen completions has fallen and llds acts."""
+  config = importlib.import_module("configs.llds").get_config("tiny")
+  config.kl.beta = 0.0
+  config.rewards.workers = 0
+  run = train.build(config)
+  state = run.state
+  with jax.set_mesh(run.mesh):
+    batch, _, _ = run.rollout_fn(
+        state.params, run.ref_params, 0, jax.random.fold_in(state.key, 0),
+        {name: state.states[name] for name in rollout.STAGES})
+  batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
+  found = []
+  for part in train.minibatches(batch, config.train.num_minibatches):
+    state, records = run.update_fn(state, part)
+    found.append({k: float(v) for k, v in measures.values(records).items()
+                  if k.startswith("llds")})
+  assert found[0]["llds"] < 1e-5, found
+  assert max(f["llds"] for f in found[1:]) > 1e-3, found
+  assert max(f["llds_gated"] for f in found[1:]) > 0.0, found
+
+
+# ------------------------------- token weights on the sequence-ratio family
+
+# Three rows of 3, 1 and 2 tokens and an all-padding row; log-ratios inside
+# a 0.2 band except row 1's (e^0.3 = 1.35).
+SEQ_X = np.array([[0.1, -0.2, 0.05], [0.3, 0.0, 0.0], [-0.45, 0.2, 0.0],
+                  [0.0, 0.0, 0.0]])
+SEQ_MASK = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0]], float)
+SEQ_ADV = np.array([1.0, -1.0, 0.5, 1.0])
+SEQ_OLD = np.full((4, 3), -1.2)
+# A sequence correction's weights: one per row, on each of its tokens.
+SEQ_ROW_W = np.array([0.5, 2.0, 0.0, 3.0])
+# A token correction's weights.
+SEQ_TOKEN_W = np.array([[0.5, 1.0, 2.0], [0.0, 0, 0], [1.5, 0.0, 0],
+                        [0, 0, 0]])
+
+
+def seq_args():
+  return tuple(jnp.asarray(a, jnp.float32) for a in (
+      SEQ_OLD + SEQ_X, SEQ_OLD, SEQ_ADV, SEQ_MASK))
+
+
+def np_sequence_ratio():
+  n = SEQ_MASK.sum(-1)
+  return np.exp((SEQ_X * SEQ_MASK).sum(-1) / np.maximum(n, 1)), n
+
+
+def np_ppo_term(ratio, adv, band=0.2):
+  return -np.minimum(ratio * adv, np.clip(ratio, 1 - band, 1 + band) * adv)
+
+
+def test_gspo_takes_one_weight_per_row():
+  """loss = sum_i w_i L_i / 3 rows with tokens (the count unchanged);
+  gradient w_i * (-A s_i / n_i) / 3 on unclipped rows, 0 on row 2 (w 0)."""
+  s, n = np_sequence_ratio()
+  terms = np_ppo_term(s, SEQ_ADV)
+  want = (SEQ_ROW_W * terms)[:3].sum() / 3
+  unclipped = s * SEQ_ADV <= np.clip(s, 0.8, 1.2) * SEQ_ADV
+  want_grad = (SEQ_ROW_W * np.where(unclipped, -SEQ_ADV * s, 0.0)
+               / np.maximum(n, 1))[:, None] * SEQ_MASK / 3
+  weights = jnp.asarray(SEQ_ROW_W[:, None] * SEQ_MASK, jnp.float32)
+  band = dict(clip_low=0.2, clip_high=0.2)
+  (loss, aux), g = jax.value_and_grad(
+      lambda lp: objectives.gspo(lp, *seq_args()[1:], token_weights=weights,
+                                 **band), has_aux=True)(seq_args()[0])
+  testing.assert_close(loss, want, rtol=1e-5)
+  testing.assert_close(aux.loss_count, 3.0)
+  testing.assert_close(g, jnp.asarray(want_grad, jnp.float32), rtol=1e-5,
+                       atol=1e-7)
+  assert objectives.make("gspo").weighting == "row"
+
+
+def test_gmpo_takes_one_weight_per_row():
+  """GMPO's L_i = -A_i exp(mean_t x'), x' the one-sided clip at 0.4 (row
+  2's -0.45 stays, A >= 0 clips only from above), weighted per row."""
+  n = SEQ_MASK.sum(-1)
+  x = np.where((SEQ_ADV >= 0)[:, None], np.minimum(SEQ_X, 0.4),
+               np.maximum(SEQ_X, -0.4))
+  terms = -SEQ_ADV * np.exp((x * SEQ_MASK).sum(-1) / np.maximum(n, 1))
+  want = (SEQ_ROW_W * terms)[:3].sum() / 3
+  weights = jnp.asarray(SEQ_ROW_W[:, None] * SEQ_MASK, jnp.float32)
+  loss, aux = objectives.gmpo(*seq_args(), token_weights=weights)
+  testing.assert_close(loss, want, rtol=1e-5)
+  testing.assert_close(aux.loss_count, 3.0)
+  assert objectives.make("gmpo").weighting == "row"
+
+
+@pytest.mark.parametrize("name,aggregation", [
+    ("gspo_token", "seq_mean_token_mean"), ("luspo", "seq_mean_token_sum")])
+def test_gspo_token_and_luspo_weigh_each_token(name, aggregation):
+  """Each token's term (the sequence ratio's value) times its own weight:
+  sum_i sum_t w_t L_i / n_i / 3 rows (GSPO-token), sum_i sum_t w_t L_i / 3
+  (LUSPO); the ratio statistics stay the sequence ratio's, over rows."""
+  s, n = np_sequence_ratio()
+  terms = np_ppo_term(s, SEQ_ADV)[:, None] * SEQ_TOKEN_W * SEQ_MASK
+  per_row = terms.sum(-1)
+  if aggregation == "seq_mean_token_mean":
+    per_row = per_row / np.maximum(n, 1)
+  band = dict(clip_low=0.2, clip_high=0.2)
+  loss, aux = objectives.get(name)(
+      *seq_args(), token_weights=jnp.asarray(SEQ_TOKEN_W, jnp.float32),
+      **band)
+  testing.assert_close(loss, per_row[:3].sum() / 3, rtol=1e-5)
+  testing.assert_close(aux.ratio_mean, s[:3].mean(), rtol=1e-5)
+  assert objectives.make(name).weighting == "token"
+
+
+def test_vespo_weighs_each_token():
+  """-w_t phi(W_i) A_i logp_t over the 6 real tokens (token mean), W_i the
+  product ratio exp(sum_t x_t), no sampler."""
+  w_seq = np.exp((SEQ_X * SEQ_MASK).sum(-1))
+  phi = np.array([np_phi(w, a) for w, a in zip(w_seq, SEQ_ADV)])
+  logp = (SEQ_OLD + SEQ_X) * SEQ_MASK
+  want = (-SEQ_TOKEN_W * (phi * SEQ_ADV)[:, None] * logp).sum() / 6
+  loss, aux = objectives.vespo(
+      *seq_args(), token_weights=jnp.asarray(SEQ_TOKEN_W, jnp.float32))
+  testing.assert_close(loss, want, rtol=1e-5)
+  testing.assert_close(aux.loss_count, 6.0)
+
+
+def test_which_objectives_take_weights_and_at_what_level():
+  """From the signature (a token_weights keyword) and the level: every
+  objective but r2vpo; gspo and gmpo one weight per row."""
+  for name in objectives.names():
+    want = {"r2vpo": None, "gspo": "row", "gmpo": "row"}.get(name, "token")
+    assert objectives.make(name).weighting == want, name
+  for name in ("gspo", "gmpo"):
+    for ok in ("tis_sequence", "mis_sequence", "opsm"):
+      corrections.check_compatible(objectives.make(name),
+                                   [corrections.make(ok)])
+    with pytest.raises(ValueError, match=f"objective '{name}' is sequence"):
+      corrections.check_compatible(objectives.make(name),
+                                   [corrections.make("tis")])
+  for name in ("gspo_token", "luspo"):
+    corrections.check_compatible(
+        objectives.make(name), [corrections.make(c) for c in (
+            "tis", "tis_sequence", "top_entropy", "opsm")])
+
+
+def test_a_token_weight_of_another_shape_names_it():
+  logp, old, adv, mask = seq_args()
+  for name in ("gspo", "gspo_token", "ppo_clip"):
+    with pytest.raises(ValueError, match=r"token_weights must be \[N, T\]"):
+      objectives.get(name)(logp, old, adv, mask,
+                           token_weights=jnp.ones((4, 2)))
+
+
 # ----------------------------------------- off policy: the variant shows
 
 
@@ -642,6 +860,26 @@ def test_the_reading_objectives_declare_sampler_logp():
   for name in WAVE2:
     reads = objectives.make(name).reads
     assert reads == (("sampler_logp",) if name in READS_SAMPLER else ())
+
+
+def test_an_option_naming_an_array_the_trainer_passes_is_refused():
+  """`sampler_logp` (a read array) and `token_weights` come from the
+  trainer at every step: a config setting either is an error naming it."""
+  with pytest.raises(ValueError, match=(
+      r"config\.objective\.kwargs\.sampler_logp: objective 'decoupled_ppo' "
+      r"receives the array 'sampler_logp' from the trainer at every step "
+      r"\(the batch\), so it is not an option; remove it")):
+    objectives.check_options("decoupled_ppo", {"sampler_logp": 0.0},
+                             field="config.objective.kwargs")
+  with pytest.raises(ValueError, match=r"'token_weights'.*config\.corrections"):
+    objectives.make("ppo_clip", token_weights=1.0)
+  with pytest.raises(ValueError, match="'sampler_logp' from the trainer"):
+    objectives.make("dppo", anchor="old", sampler_logp=None)
+  # Neither is offered as an option either.
+  with pytest.raises(ValueError, match="takes no option 'eps'") as error:
+    objectives.make("f_tis", eps=0.1)
+  assert "sampler_logp" not in str(error.value)
+  assert "token_weights" not in str(error.value)
 
 
 # --------------------------------------------------------------- configs

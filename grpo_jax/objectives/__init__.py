@@ -2,32 +2,44 @@
 
 Every objective is a pure function
 
-  loss, aux = fn(logp, old_logp, advantages, mask, *, <hyperparameters>)
+  loss, aux = fn(logp, old_logp, advantages, mask, *, <hyperparameters>,
+                 <arrays it reads>, token_weights=None)
 
 with `logp`, `old_logp`, `mask` of shape [N, T] and `advantages` of shape [N]
 (broadcast over tokens) or [N, T] (token-level). `loss` is a float32 scalar to
 *minimise*; `aux` is an `ObjectiveAux` (the undivided loss and exact, mergeable
-diagnostics). Token-level objectives take ``aggregation`` and ``horizon``;
-sequence-level ones (`gspo`, `gmpo`) average one term per row with tokens.
+diagnostics, with the objective's own records in ``aux.extra``). Token-level
+objectives take ``aggregation`` and ``horizon``; sequence-level ones (`gspo`,
+`gmpo`) average one term per row with tokens. Extra batch arrays
+(``sampler_logp``, declared in ``reads``) and ``token_weights`` (the
+corrections' [N, T] weights, detached) are keywords the trainer passes; no
+config sets them.
 
 Families: `clipped` (ppo_clip, gspo, gspo_token, luspo, gmpo, cispo), `soft`
 (cfpo and its alias spo_simple, sapo, reinforce, gpg), `penalised` (r2vpo
 and its dual state), `bounded` (ce_gppo), `divergence` (dppo), `offpolicy`
 (decoupled_ppo, f_tis, vespo: they read the batch's `sampler_logp`). Each
 registers in `OBJECTIVES` with its metadata (level, mechanism, paper,
-example options, state, pre-pass); `make(name, **options)` returns the
-bound `Objective` record the trainer drives. `regularisers` holds the terms
+example options, state, pre-pass, reads, behaviour_weight: whether it
+weighs by the sampler itself); `make(name, **options)` returns the bound
+`Objective` record the trainer drives. `regularisers` holds the terms
 added to any objective (KL, MDP-GRPO's asymmetric KL, LLDS). The math and its
 sources are in OBJECTIVES.md. `corrections` holds the token weights and
-masks that compose with any objective (TIS, MIS, ICEPOP, OPSM, top-entropy);
-`entropy` the entropy-bonus regulariser.
+masks (TIS, MIS, ICEPOP, OPSM, top-entropy) that compose with every
+objective taking ``token_weights`` (all but r2vpo); `entropy` the
+entropy-bonus regulariser.
 
-A new objective is one function in a family file with the decorator:
+A new objective is one function in a family file with the decorator; it
+takes corrections by handing ``token_weights`` to `_kit.token_objective`
+(or `_kit.sequence_objective`):
 
   @OBJECTIVES.register(level="token", mechanism="clip", examples=({},))
   def my_clip(logp, old_logp, advantages, mask, *, eps=0.2,
-              aggregation="token_mean", horizon=None):
+              aggregation="token_mean", horizon=None, token_weights=None):
     ...
+    return _kit.token_objective(term, batch, aggregation=aggregation,
+                                horizon=horizon, clipped=cut,
+                                token_weights=token_weights)
 """
 
 from grpo_jax.objectives import bounded

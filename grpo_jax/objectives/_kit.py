@@ -7,20 +7,19 @@ padding) give a finite loss and finite gradients. `old_logp` is used as given:
 nothing here replaces it with ``sg(logp)``.
 
 Token weights (`objectives.corrections`: sampler-mismatch TIS / MIS / ICEPOP,
-OPSM, the top-entropy mask) compose with any objective whose loss is built
-here: inside ``with token_weights(w):`` (the bound record's ``loss(...,
-token_weights=w)`` opens it) `token_objective` multiplies each token's loss
-term by its weight, and `sequence_objective` each row's term by its row's
-weight, before the aggregation; the aggregation's count stays the mask's
-(TRL and verl multiply the per-token loss the same way). The pure functions
-are untouched: called directly, no weights are open and nothing changes.
+OPSM, the top-entropy mask) are an explicit keyword: an objective that can
+take them has ``token_weights=None`` ([N, T], detached) in its signature and
+hands it to `token_objective`, which multiplies each token's loss term by its
+weight, or to `sequence_objective`, which multiplies each row's term by its
+row's weight, before the aggregation; the aggregation's count stays the
+mask's (TRL and verl multiply the per-token loss the same way). An objective
+without the keyword (r2vpo's penalty) cannot take corrections.
 """
 
-import contextlib
-import contextvars
 import numbers
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, Mapping, NamedTuple, Optional, Tuple
 
+import jax
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
@@ -52,12 +51,15 @@ class ObjectiveAux(NamedTuple):
     clip: `Mean` share of real tokens whose gradient the clip or gate cut or
       scaled; defined per objective in its docstring.
     kl: `Mean` over real tokens of k3 = exp(d) - d - 1, d = old_logp - logp.
+    extra: the objective's own records by measurement name (decoupled
+      PPO's ``is_weight``), reported beside the three above; most have none.
   """
   loss_sum: jnp.ndarray
   loss_count: jnp.ndarray
   ratio: measures.Moments
   clip: measures.Mean
   kl: measures.Mean
+  extra: Mapping[str, object] = {}  # shared, never mutated
 
   @property
   def ratio_mean(self):
@@ -86,7 +88,7 @@ class ObjectiveAux(NamedTuple):
   def measures(self) -> dict:
     """The diagnostics by measurement name, for the trainer."""
     return {"ratio": self.ratio, "clip_fraction": self.clip,
-            "approx_kl": self.kl}
+            "approx_kl": self.kl, **self.extra}
 
 
 class StateSpec(NamedTuple):
@@ -205,8 +207,12 @@ def sequence_log_ratio(batch: Batch):
   return batch.log_ratio.sum(axis=-1) / jnp.maximum(batch.lengths, 1.0)
 
 
+# The measurement names every `ObjectiveAux` reports; extra records take others.
+MEASURES = ("ratio", "clip_fraction", "approx_kl")
+
+
 def finish(sc: agg.SumCount, batch: Batch, *, ratio: measures.Moments,
-           clipped) -> tuple:
+           clipped, extra: Optional[Mapping] = None) -> tuple:
   """(loss, ObjectiveAux) from the (sum, count) pair and the diagnostics.
 
   Args:
@@ -214,108 +220,79 @@ def finish(sc: agg.SumCount, batch: Batch, *, ratio: measures.Moments,
     batch: the prepared inputs (for the k3 drift).
     ratio: `Moments` of the ratio the objective trusts.
     clipped: [N, T] bool, tokens whose gradient the mechanism cut or scaled.
+    extra: the objective's own `measures` records by name (none of
+      `MEASURES`), or None.
   """
+  extra = dict(extra or {})
+  taken = sorted(set(extra) & set(MEASURES))
+  if taken:
+    raise ValueError(f"extra measure {taken[0]!r} would replace the one "
+                     "every objective reports; name it otherwise.")
   d = -batch.log_ratio
   diagnostics = measures.stop_gradient({
       "ratio": ratio,
       "clip": measures.Mean.of(clipped, batch.mask),
-      "kl": measures.Mean.of(jnp.expm1(d) - d, batch.mask)})
+      "kl": measures.Mean.of(jnp.expm1(d) - d, batch.mask),
+      "extra": extra})
   aux = ObjectiveAux(jnp.asarray(sc.total, jnp.float32),
                      jnp.asarray(sc.count, jnp.float32), **diagnostics)
   return agg.divide(agg.SumCount(aux.loss_sum, aux.loss_count)), aux
 
 
+def check_token_weights(token_weights, shape) -> jnp.ndarray:
+  """float32 [N, T] weights, detached; a ValueError unless of `shape`."""
+  token_weights = jnp.asarray(token_weights, jnp.float32)
+  if token_weights.shape != tuple(shape):
+    raise ValueError(
+        f"token_weights must be [N, T] = {tuple(shape)} like the loss terms; "
+        f"got shape {token_weights.shape}.")
+  return jax.lax.stop_gradient(token_weights)
+
+
 def token_objective(per_token, batch: Batch, *, aggregation: str,
                     horizon: Optional[int], clipped, ratio=None,
-                    ratio_moments: Optional[measures.Moments] = None):
+                    ratio_moments: Optional[measures.Moments] = None,
+                    token_weights=None, extra: Optional[Mapping] = None):
   """Aggregates per-token loss terms; ratio statistics over real tokens
   (of `ratio`, default the token ratio), or `ratio_moments` as given (a
   sequence ratio's over rows, say).
 
-  Inside `token_weights` each term is multiplied by its token's weight
-  first; the count (the denominator) is the mask's either way.
+  With `token_weights` [N, T] each term is multiplied by its token's weight
+  first; the count (the denominator) is the mask's either way. `extra`: see
+  `finish`.
   """
-  weights = _open_weights("token", jnp.shape(per_token))
-  if weights is not None:
+  if token_weights is not None:
+    weights = check_token_weights(token_weights, jnp.shape(per_token))
     # where, not a product alone: a masked token's term never leaks in.
     per_token = jnp.where(weights > 0, per_token * weights, 0.0)
   sc = agg.sum_and_count(per_token, batch.mask, aggregation, horizon=horizon)
   if ratio_moments is None:
     ratio_moments = measures.Moments.of(
         batch.ratio if ratio is None else ratio, batch.mask)
-  return finish(sc, batch, ratio=ratio_moments, clipped=clipped)
+  return finish(sc, batch, ratio=ratio_moments, clipped=clipped, extra=extra)
 
 
 def sequence_objective(per_row, batch: Batch, *, ratio: measures.Moments,
-                       clipped):
+                       clipped, token_weights=None):
   """(loss, ObjectiveAux) of a sequence-level objective: the mean of one
   term per row over rows with tokens (`aggregation.sequence_sum_and_count`).
 
-  Inside `token_weights` each row's term is multiplied by its row weight,
-  the mean of its tokens' weights (sequence-level corrections give every
-  token of a row the same weight); the count stays the rows with tokens.
+  With `token_weights` [N, T] each row's term is multiplied by its row
+  weight, the mean of its tokens' weights (sequence-level corrections give
+  every token of a row the same weight); the count stays the rows with
+  tokens.
 
   Args:
     per_row: [N] the rows' loss terms.
     batch: the prepared inputs.
     ratio: `Moments` of the ratio the objective trusts.
     clipped: [N, T] bool, tokens whose gradient the mechanism cut or scaled.
+    token_weights: [N, T] detached weights, or None.
   """
-  weights = _open_weights("row", jnp.shape(batch.mask))
-  if weights is not None:
+  if token_weights is not None:
+    weights = check_token_weights(token_weights, batch.mask.shape)
     row_weight = ((weights * batch.mask).sum(axis=-1)
                   / jnp.maximum(batch.lengths, 1.0))
     per_row = jnp.where(row_weight > 0, per_row * row_weight, 0.0)
   sc = agg.sequence_sum_and_count(per_row, batch.row_mask)
   return finish(sc, batch, ratio=ratio, clipped=clipped)
-
-
-# ------------------------------------------------------------ token weights
-
-
-class Weighting:
-  """The weights open in a `token_weights` block, and how they were used.
-
-  Attributes:
-    weights: [N, T] float32, detached.
-    applied: None until an objective's loss took them; then ``"token"``
-      (`token_objective`) or ``"row"`` (`sequence_objective`).
-  """
-
-  def __init__(self, weights):
-    self.weights = weights
-    self.applied = None
-
-
-_WEIGHTING = contextvars.ContextVar("grpo_jax_token_weights", default=None)
-
-
-@contextlib.contextmanager
-def token_weights(weights):
-  """Opens per-token weights [N, T] for the objective called in the block.
-
-  Yields the `Weighting`, whose ``applied`` then says whether (and how) the
-  objective's loss took them: an objective that builds its loss without
-  `token_objective` or `sequence_objective` leaves it None.
-  """
-  weighting = Weighting(weights)
-  reset = _WEIGHTING.set(weighting)
-  try:
-    yield weighting
-  finally:
-    _WEIGHTING.reset(reset)
-
-
-def _open_weights(kind: str, shape):
-  """The open weights (checked against `shape`), marked as used by `kind`;
-  None outside a `token_weights` block."""
-  weighting = _WEIGHTING.get()
-  if weighting is None:
-    return None
-  weights = jnp.asarray(weighting.weights, jnp.float32)
-  if weights.shape != tuple(shape):
-    raise ValueError(
-        f"token weights must be [N, T] = {tuple(shape)} like the loss terms; "
-        f"got shape {weights.shape}.")
-  weighting.applied = kind
-  return weights

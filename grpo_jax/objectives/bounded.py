@@ -16,7 +16,7 @@ from grpo_jax.objectives._kit import OBJECTIVES
                "aggregation": "seq_mean_token_mean"}))
 def ce_gppo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
             beta_low=0.75, beta_high=1.0, dual_clip=3.0,
-            aggregation="token_mean", horizon=None):
+            aggregation="token_mean", horizon=None, token_weights=None):
   """CE-GPPO: PPO's clip that keeps a bounded gradient on clipped tokens.
 
   Per token, with r = exp(logp - old_logp), u = r / sg(r) (value 1, gradient
@@ -48,6 +48,8 @@ def ce_gppo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
       clipped tokens.
     dual_clip: c > 1, or None (off).
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -73,4 +75,5 @@ def ce_gppo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     clipped = clipped | ((a < 0) & (term > cap))
     term = jnp.where(a < 0, jnp.minimum(term, cap), term)
   return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=clipped, ratio=ratio)
+                              horizon=horizon, clipped=clipped, ratio=ratio,
+                              token_weights=token_weights)

@@ -20,7 +20,7 @@ from grpo_jax.objectives._kit import OBJECTIVES
               {"delta": 1.5}))
 def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
              dual_clip=None, delta=None, aggregation="seq_mean_token_mean",
-             horizon=None):
+             horizon=None, token_weights=None):
   """PPO's clipped surrogate as used by GRPO (and DAPO).
 
   Per token, with r = exp(logp - old_logp):
@@ -55,6 +55,8 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     delta: None (off) or the cap (>= 1 + clip_high) of the unclipped ratio.
     aggregation: an `aggregation.MODES` entry.
     horizon: the constant of ``seq_mean_token_sum_norm``.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -81,13 +83,15 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     cut = cut | ((a < 0) & (term > cap))
     term = jnp.where(a < 0, jnp.minimum(term, cap), term)
   return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=cut, ratio=ratio)
+                              horizon=horizon, clipped=cut, ratio=ratio,
+                              token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="sequence", mechanism="clip", paper="2507.18071",
     examples=({}, {"clip_low": 0.2, "clip_high": 0.2}))
-def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4):
+def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4,
+         token_weights=None):
   """Group Sequence Policy Optimization (sequence-level ratio and clip).
 
     s_i = exp(sum_t x_it * m_it / n_i)     (geometric mean, never exp(sum))
@@ -105,6 +109,8 @@ def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4):
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     clip_low, clip_high: the band on the sequence ratio.
+    token_weights: [N, T] detached weights (`objectives.corrections`); each
+      row's term takes its row's mean weight. Or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -114,10 +120,10 @@ def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4):
   seq_ratio = jnp.exp(_kit.sequence_log_ratio(batch))
   term, cut = _kit.ppo_term(seq_ratio, _kit.row_advantages(batch), clip_low,
                             clip_high)
-  sc = agg.sequence_sum_and_count(term, batch.row_mask)
-  return _kit.finish(
-      sc, batch, ratio=measures.Moments.of(seq_ratio, batch.row_mask),
-      clipped=jnp.broadcast_to(cut[:, None], batch.mask.shape))
+  return _kit.sequence_objective(
+      term, batch, ratio=measures.Moments.of(seq_ratio, batch.row_mask),
+      clipped=jnp.broadcast_to(cut[:, None], batch.mask.shape),
+      token_weights=token_weights)
 
 
 @OBJECTIVES.register(
@@ -126,7 +132,7 @@ def gspo(logp, old_logp, advantages, mask, *, clip_low=3e-4, clip_high=4e-4):
                    "aggregation": "token_mean"}))
 def gspo_token(logp, old_logp, advantages, mask, *, clip_low=3e-4,
                clip_high=4e-4, aggregation="seq_mean_token_mean",
-               horizon=None):
+               horizon=None, token_weights=None):
   """GSPO-token: the sequence ratio's value with per-token gradients.
 
     log s_it = sg(log s_i) + logp_it - sg(logp_it)
@@ -144,6 +150,8 @@ def gspo_token(logp, old_logp, advantages, mask, *, clip_low=3e-4,
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     clip_low, clip_high: the band on the sequence ratio.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -156,17 +164,18 @@ def gspo_token(logp, old_logp, advantages, mask, *, clip_low=3e-4,
   log_s_token = sg(log_s)[:, None] + batch.logp - sg(batch.logp)
   term, cut = _kit.ppo_term(jnp.exp(log_s_token), batch.advantages, clip_low,
                             clip_high)
-  sc = agg.sum_and_count(term, batch.mask, aggregation, horizon=horizon)
-  return _kit.finish(
-      sc, batch, ratio=measures.Moments.of(jnp.exp(log_s), batch.row_mask),
-      clipped=cut)
+  return _kit.token_objective(
+      term, batch, aggregation=aggregation, horizon=horizon, clipped=cut,
+      ratio_moments=measures.Moments.of(jnp.exp(log_s), batch.row_mask),
+      token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="token", mechanism="clip", paper="2602.05261",
     examples=({}, {"clip_low": 0.2, "clip_high": 0.2}))
 def luspo(logp, old_logp, advantages, mask, *, clip_low=2e-3,
-          clip_high=2.5e-3, aggregation="seq_mean_token_sum", horizon=None):
+          clip_high=2.5e-3, aggregation="seq_mean_token_sum", horizon=None,
+          token_weights=None):
   """Length-Unbiased Sequence Policy Optimization: GSPO x length.
 
     s_i  = exp(sum_t x_it * m_it / n_i)
@@ -195,19 +204,22 @@ def luspo(logp, old_logp, advantages, mask, *, clip_low=2e-3,
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     clip_low, clip_high: the band on the sequence ratio.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
   """
   return gspo_token(logp, old_logp, advantages, mask, clip_low=clip_low,
                     clip_high=clip_high, aggregation=aggregation,
-                    horizon=horizon)
+                    horizon=horizon, token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="sequence", mechanism="clip", paper="2507.20673",
     examples=({}, {"clip_low": 0.05, "clip_high": 0.05}))
-def gmpo(logp, old_logp, advantages, mask, *, clip_low=0.4, clip_high=0.4):
+def gmpo(logp, old_logp, advantages, mask, *, clip_low=0.4, clip_high=0.4,
+         token_weights=None):
   """Geometric-Mean Policy Optimization: one-sided log-space token clipping.
 
     x'_it = min(x, clip(x, -clip_low, clip_high))  if A_i >= 0
@@ -227,6 +239,8 @@ def gmpo(logp, old_logp, advantages, mask, *, clip_low=0.4, clip_high=0.4):
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     clip_low, clip_high: the log-space band.
+    token_weights: [N, T] detached weights (`objectives.corrections`); each
+      row's term takes its row's mean weight. Or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -242,17 +256,17 @@ def gmpo(logp, old_logp, advantages, mask, *, clip_low=0.4, clip_high=0.4):
   cut = jnp.where(positive, x > clip_high, x < -clip_low)
   log_seq = ((x_clipped * batch.mask).sum(axis=-1)
              / jnp.maximum(batch.lengths, 1.0))
-  sc = agg.sequence_sum_and_count(-adv * jnp.exp(log_seq), batch.row_mask)
-  return _kit.finish(sc, batch, ratio=measures.Moments.of(batch.ratio,
-                                                          batch.mask),
-                     clipped=cut)
+  return _kit.sequence_objective(
+      -adv * jnp.exp(log_seq), batch,
+      ratio=measures.Moments.of(batch.ratio, batch.mask), clipped=cut,
+      token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="token", mechanism="weight", paper="2506.13585",
     examples=({}, {"clip_low": 0.2, "clip_high": 0.28}))
 def cispo(logp, old_logp, advantages, mask, *, clip_low=1.0, clip_high=4.0,
-          aggregation="token_mean", horizon=None):
+          aggregation="token_mean", horizon=None, token_weights=None):
   """Clipped IS-weight Policy Optimization (MiniMax-M1).
 
     L = -sg(clip(r, 1 - clip_low, 1 + clip_high)) * A * logp
@@ -273,6 +287,8 @@ def cispo(logp, old_logp, advantages, mask, *, clip_low=1.0, clip_high=4.0,
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     clip_low, clip_high: the band on the importance weight.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -286,4 +302,5 @@ def cispo(logp, old_logp, advantages, mask, *, clip_low=1.0, clip_high=4.0,
   term = -weight * batch.advantages * batch.logp
   outside = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
   return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=outside, ratio=ratio)
+                              horizon=horizon, clipped=outside, ratio=ratio,
+                              token_weights=token_weights)

@@ -9,8 +9,9 @@ A correction is a pure function of arrays
 whose ``weights`` [N, T] (float32, detached, 0 under padding) multiply each
 token's loss term: 1 leaves a token as it was, 0 masks it. The trainer
 (`train.make_loss_functions`) computes every configured correction on each
-microbatch, multiplies their weights and hands the product to the objective
-(``objective.loss(..., token_weights=w)``), which weighs each token's term
+microbatch, multiplies their weights and passes the product to the
+objective's explicit keyword (``objective.loss(..., token_weights=w)``, then
+the pure function's ``token_weights=``), which weighs each token's term
 before its aggregation; the aggregation's denominator stays the mask's, as
 in TRL (``per_token_loss * importance_sampling_ratio``) and verl
 (``pg_losses * rollout_is_weights``). Regularisers (KL, the entropy bonus)
@@ -27,11 +28,16 @@ Arrays a correction may read (``reads``), all detached:
 * ``advantages``: [N] or [N, T].
 
 Levels. A ``token`` correction gives each token its own weight; a
-``sequence`` one gives every token of a row the same weight. Token-level
-objectives take both. A sequence-level objective (one term per row) takes
-only sequence-level corrections, as a row weight, and only if it builds its
-loss with `_kit.sequence_objective`; anything else is an error at
-`check_compatible` (the trainer's and the config's), naming both.
+``sequence`` one gives every token of a row the same weight. An objective
+takes weights when its function has a ``token_weights`` keyword
+(`Objective.weighting`). Token-level objectives take both levels. A
+sequence-level objective (one term per row: gspo, gmpo) takes only
+sequence-level corrections, as a row weight. An objective that weighs its
+terms by the behaviour policy already (it reads ``sampler_logp``: decoupled
+PPO, F-TIS, VESPO, DPPO anchored on the sampler) takes no sampler-mismatch
+correction (tis, tis_sequence, mis, mis_sequence, icepop): the ratio would
+count twice. Anything else is an error at `check_compatible` (the
+trainer's and the config's), naming both.
 
 Measurements, under ``correction/<name>/``: ``weight_mean`` (the mean
 weight over real tokens), ``masked_fraction`` (real tokens of weight 0),
@@ -52,7 +58,9 @@ import jax.numpy as jnp
 from grpo_jax import aggregation as agg
 from grpo_jax import measures
 from grpo_jax import registry
+from grpo_jax.objectives import record as objective_record
 from grpo_jax.objectives._kit import LOG_RATIO_BOUND
+from grpo_jax.objectives._kit import OBJECTIVES
 
 CORRECTIONS = registry.Registry(
     "correction", positional=("mask",),
@@ -148,10 +156,13 @@ def _band_mask(real, ratio, low, high) -> TokenWeights:
 # ------------------------------------------------- sampler mismatch (IS)
 
 _SAMPLER = ("old_logp", "sampler_logp")
+# These weigh each term by pi_old / mu, the behaviour policy's importance
+# ratio (metadata ``behaviour_weight=True``): an objective that does so
+# itself takes none of them.
 
 
 @CORRECTIONS.register(
-    level="token", reads=_SAMPLER, statistic="ratio",
+    level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="Yao et al. 2025, 'Your efficient RL framework secretly brings you "
     "off-policy RL training'; verl rollout_is='token'; TRL token_truncate",
     examples=({}, {"c_max": 3.0, "c_min": 0.5}))
@@ -183,7 +194,7 @@ def tis(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0):
 
 
 @CORRECTIONS.register(
-    level="sequence", reads=_SAMPLER, statistic="ratio",
+    level="sequence", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="verl rollout_is='sequence'; TRL sequence_truncate",
     examples=({}, {"ratio": "geometric", "c_max": 1.5, "c_min": 0.5}))
 def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
@@ -217,7 +228,7 @@ def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
 
 
 @CORRECTIONS.register(
-    level="token", reads=_SAMPLER, statistic="ratio",
+    level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="TRL vllm_importance_sampling_mode='token_mask'",
     examples=({}, {"c_min": 0.5, "c_max": 2.0}))
 def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
@@ -247,7 +258,7 @@ def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
 
 
 @CORRECTIONS.register(
-    level="sequence", reads=_SAMPLER, statistic="ratio",
+    level="sequence", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="TRL vllm_importance_sampling_mode='sequence_mask' (its default)",
     examples=({}, {"ratio": "geometric", "c_min": 0.5, "c_max": 2.0}))
 def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
@@ -278,7 +289,7 @@ def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
 
 
 @CORRECTIONS.register(
-    level="token", reads=_SAMPLER, statistic="ratio",
+    level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="IcePop (Ring-1T, arXiv 2510.18855); OpenRLHF "
     "vllm_is_correction_type='icepop'",
     examples=({}, {"low": 0.8, "high": 1.25}))
@@ -443,6 +454,8 @@ class Correction(NamedTuple):
     prepass: None, or ``prepass(mask, **arrays) -> dict``: a statistic over
       the whole minibatch's rows (the top-entropy threshold).
     prepass_reads: the arrays `prepass` takes.
+    behaviour_weight: whether its weight is the behaviour policy's
+      importance ratio pi_old / mu (the sampler-mismatch rules).
   """
   name: str
   level: str
@@ -450,6 +463,7 @@ class Correction(NamedTuple):
   apply: Callable
   prepass: Optional[Callable]
   prepass_reads: Tuple[str, ...]
+  behaviour_weight: bool = False
 
 
 def _injected(name: str) -> Tuple[str, ...]:
@@ -508,7 +522,8 @@ def make(name: str, **options) -> Correction:
       name=name, level=meta["level"], reads=reads, apply=apply,
       prepass=prepass,
       prepass_reads=() if prepass_fn is None else tuple(
-          k for k in reads if k in inspect.signature(prepass_fn).parameters))
+          k for k in reads if k in inspect.signature(prepass_fn).parameters),
+      behaviour_weight=meta.get("behaviour_weight", False))
   _check_values(correction)
   return correction
 
@@ -530,7 +545,8 @@ get = CORRECTIONS.get
 
 def check_compatible(objective, corrections: Sequence[Correction]) -> None:
   """ValueError naming the objective and the correction unless the
-  objective's loss takes the correction's weights (module docstring)."""
+  objective's loss takes the correction's weights, and takes them once
+  (module docstring)."""
   sequence = [n for n in names()
               if CORRECTIONS.entry(n).meta["level"] == "sequence"]
   for c in corrections:
@@ -541,18 +557,22 @@ def check_compatible(objective, corrections: Sequence[Correction]) -> None:
           f"row, which takes one weight per row): use a sequence-level "
           f"correction ({', '.join(sequence)}) or a token-level objective.")
     if objective.weighting is None:
+      weighted = [n for n in OBJECTIVES.names()
+                  if objective_record.weighting(n) is not None]
       raise ValueError(
           f"correction {c.name!r} cannot weight objective "
-          f"{objective.name!r}: its loss is not built by "
-          "_kit.token_objective or _kit.sequence_objective, so its terms "
-          "are not exposed to token weights (objectives that are: "
-          f"{', '.join(_weighted_objectives())}).")
-
-
-def _weighted_objectives():
-  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  return [n for n in objectives.names()
-          if objectives.make(n).weighting is not None]
+          f"{objective.name!r}: its function takes no token_weights= (its "
+          "loss is not a sum of per-token or per-row terms); objectives "
+          f"that do: {', '.join(weighted)}.")
+    if objective.behaviour_weight and c.behaviour_weight:
+      raise ValueError(
+          f"correction {c.name!r} weighs each term by the sampler-mismatch "
+          f"ratio pi_old / mu, but objective {objective.name!r} already "
+          "weighs its terms by the behaviour policy (it reads "
+          "sampler_logp), so the ratio would count twice: drop "
+          f"{c.name!r} (the objective's is_cap truncates its own weight), "
+          "or use an objective that does not weigh by the sampler "
+          "(ppo_clip; dppo with anchor='old').")
 
 
 def combine(corrections: Sequence[Correction], mask, arrays: dict,

@@ -44,12 +44,15 @@ _VALID = {"tv": _tv_valid, "kl": _kl_valid}
 @OBJECTIVES.register(
     level="token", mechanism="gate", paper="2602.04879",
     reads=offpolicy.READS,
+    # Anchored on the sampler, its weight is the behaviour policy's.
+    behaviour_weight=lambda anchor, **_: anchor == "behav",
     examples=({}, {"divergence": "kl"},
               {"anchor": "old", "is_cap": 10.0, "delta_low": 0.1,
                "aggregation": "seq_mean_token_mean"}))
 def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
          delta_low=None, delta_high=None, is_cap=20.0, anchor="behav",
-         sampler_logp=None, aggregation="token_mean", horizon=None):
+         sampler_logp=None, aggregation="token_mean", horizon=None,
+         token_weights=None):
   """Divergence PPO (binary forms): mask a token once the policy has moved
   its sampled token's probability too far, in the advantage's direction.
 
@@ -90,6 +93,8 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
     sampler_logp: [N, T] the behaviour log-probs (read from the batch), or
       None.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -121,4 +126,4 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   term = -batch.advantages * weight * batch.logp * valid
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon, clipped=~valid,
-                              ratio=jnp.exp(x))
+                              ratio=jnp.exp(x), token_weights=token_weights)

@@ -13,12 +13,14 @@ Three policies can meet in one loss:
 An objective here declares ``reads=("sampler_logp",)``, so the trainer passes
 the batch's sampler log-probs as a keyword. Without them (a batch built
 without the sampler's log-probs, or a direct call) the behaviour policy is
-the proximal one: ``sampler_logp=None`` means mu = pi_old.
+the proximal one: ``sampler_logp=None`` means mu = pi_old. Each also declares
+``behaviour_weight=True``: its terms already carry the behaviour policy's
+importance weight, so a sampler-mismatch correction (`corrections.tis`, ...)
+would apply it twice and is refused.
 """
 
 import math
 import numbers
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -76,32 +78,24 @@ def _capped(log_weight, cap):
   return (jax.lax.stop_gradient(jnp.minimum(weight, cap)), weight > cap)
 
 
-def behaviour_weight_measures(old_logp, sampler_logp, mask, *,
-                              is_cap: Optional[float] = None) -> dict:
-  """Statistics of decoupled PPO's behaviour weight w = exp(old - mu).
-
-  Returns ``{"is_weight": Moments of min(w, is_cap), "is_truncated": Mean
-  share of real tokens with w > is_cap}``, records that merge exactly across
-  microbatches. `ObjectiveAux` has no field for extra records yet; these are
-  for the trainer to report beside the objective's own once it has.
-  """
-  mask = jnp.asarray(mask, jnp.float32)
-  old = jnp.where(mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
-  mu = behaviour_logp(sampler_logp, old, mask)
-  weight, truncated = _capped(log_ratio_to(old, mu), is_cap)
-  return measures.stop_gradient({
-      "is_weight": measures.Moments.of(weight, mask),
-      "is_truncated": measures.Mean.of(truncated, mask)})
+def weight_measures(weight, truncated, mask) -> dict:
+  """An importance weight's records for `ObjectiveAux.extra`: ``is_weight``
+  (`Moments` of the weight as applied, over real tokens) and
+  ``is_truncated`` (`Mean` share of real tokens whose weight the cap
+  replaced)."""
+  return {"is_weight": measures.Moments.of(weight, mask),
+          "is_truncated": measures.Mean.of(truncated, mask)}
 
 
 @OBJECTIVES.register(
     level="token", mechanism="clip", paper="2110.00641", reads=READS,
+    behaviour_weight=True,
     examples=({}, {"is_cap": 2.0, "aggregation": "token_mean"},
               {"dual_clip": 3.0, "clip_high": 0.28}))
 def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
                   clip_high=0.2, is_cap=None, dual_clip=None,
                   sampler_logp=None, aggregation="seq_mean_token_mean",
-                  horizon=None):
+                  horizon=None, token_weights=None):
   """Decoupled PPO: a proximal policy for the clip, a behaviour policy for
   the importance weight.
 
@@ -122,9 +116,9 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
   (``docs/algo/rollout_corr_math.md``, decoupled mode). Exact.
 
   ratio: statistics of r (the proximal ratio the clip trusts).
-  clip_fraction: as `ppo_clip` (the clip's and the dual clip's cuts). The
-  behaviour weight's statistics are not in `ObjectiveAux`, which has no
-  field for them; `behaviour_weight_measures` computes them.
+  clip_fraction: as `ppo_clip` (the clip's and the dual clip's cuts).
+  is_weight, is_truncated (`weight_measures`): w over real tokens, and the
+  share of them whose weight the cap replaced.
 
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
@@ -134,6 +128,8 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
     sampler_logp: [N, T] the behaviour policy's log-probs (read from the
       batch), or None (behaviour = proximal).
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -147,26 +143,29 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
   mu = behaviour_logp(sampler_logp, old, batch.mask)
-  weight, _ = _capped(log_ratio_to(old, mu), is_cap)
+  weight, truncated = _capped(log_ratio_to(old, mu), is_cap)
   a, ratio = batch.advantages, batch.ratio
   term, cut = _kit.ppo_term(ratio, a, clip_low, clip_high)
   if dual_clip is not None:
     cap = -dual_clip * a
     cut = cut | ((a < 0) & (term > cap))
     term = jnp.where(a < 0, jnp.minimum(term, cap), term)
-  return _kit.token_objective(weight * term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=cut, ratio=ratio)
+  return _kit.token_objective(
+      weight * term, batch, aggregation=aggregation, horizon=horizon,
+      clipped=cut, ratio=ratio, token_weights=token_weights,
+      extra=weight_measures(weight, truncated, batch.mask))
 
 
 @OBJECTIVES.register(
     level="token", mechanism="weight", paper="F-TIS (seed 000 para. 52; "
-    "reconstruction)", reads=READS,
+    "reconstruction)", reads=READS, behaviour_weight=True,
     examples=({}, {"filter": "token", "is_cap": 1.5},
               {"filter": "sequence_sum", "band_low": 0.25, "band_high": 4.0,
                "aggregation": "seq_mean_token_mean"}))
 def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
           band_high=2.0, filter="sequence_mean",  # pylint: disable=redefined-builtin
-          sampler_logp=None, aggregation="token_mean", horizon=None):
+          sampler_logp=None, aggregation="token_mean", horizon=None,
+          token_weights=None):
   """Filtered Truncated Importance Sampling (reconstruction).
 
     x_t    = logp_t - behav_logp_t
@@ -192,7 +191,9 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
   kept-token denominator exact under microbatching; there is none yet).
 
   ratio: statistics of exp(x) over real tokens. clip_fraction: real tokens
-  whose weight the cap truncated or that the filter dropped.
+  whose weight the cap truncated or that the filter dropped. is_weight,
+  is_truncated (`weight_measures`): w over real tokens (filtered or not),
+  and the share of them whose weight the cap replaced.
 
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
@@ -202,6 +203,8 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
     sampler_logp: [N, T] the generating model's log-probs (read from the
       batch), or None (the proximal policy's, `old_logp`).
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -230,9 +233,11 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
           & (statistic <= jnp.log(band_high)))
   keep = jnp.broadcast_to(keep, batch.mask.shape)
   term = -weight * batch.advantages * batch.logp * keep
-  return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=truncated | ~keep,
-                              ratio=jnp.exp(x))
+  return _kit.token_objective(
+      term, batch, aggregation=aggregation, horizon=horizon,
+      clipped=truncated | ~keep, ratio=jnp.exp(x),
+      token_weights=token_weights,
+      extra=weight_measures(weight, truncated, batch.mask))
 
 
 def vespo_log_weight(batch: _kit.Batch, old, mu, is_cap):
@@ -249,12 +254,13 @@ def vespo_log_weight(batch: _kit.Batch, old, mu, is_cap):
 
 @OBJECTIVES.register(
     level="token", mechanism="weight", paper="2602.10693", reads=READS,
+    behaviour_weight=True,
     examples=({}, {"k_pos": 1.0, "lambda_pos": 1.0, "k_neg": 1.0,
                    "lambda_neg": 1.0, "aggregation": "seq_mean_token_mean"},
               {"is_cap": None}))
 def vespo(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0,
           k_neg=3.0, lambda_neg=2.0, is_cap=3.0, sampler_logp=None,
-          aggregation="token_mean", horizon=None):
+          aggregation="token_mean", horizon=None, token_weights=None):
   """VESPO: a Gamma-shaped soft weight on the sequence ratio.
 
     W_i   = prod_t pi(y_t) / mu(y_t)   (the PRODUCT over the row's tokens,
@@ -290,6 +296,8 @@ def vespo(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0,
     sampler_logp: [N, T] the sampler's log-probs (read from the batch), or
       None.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -312,4 +320,5 @@ def vespo(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0,
   return _kit.token_objective(
       term, batch, aggregation=aggregation, horizon=horizon,
       clipped=phi < SAPO_GATE_THRESHOLD,
-      ratio=jnp.broadcast_to(jnp.exp(log_w), batch.mask.shape))
+      ratio=jnp.broadcast_to(jnp.exp(log_w), batch.mask.shape),
+      token_weights=token_weights)

@@ -8,7 +8,6 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
-from grpo_jax.objectives import _kit
 from grpo_jax.objectives._kit import OBJECTIVES
 
 # Sequence-level objectives average one term per row with tokens: their
@@ -24,13 +23,15 @@ class Objective(NamedTuple):
     level: ``token`` or ``sequence``.
     aggregation, horizon: the mode its loss divides by (sequence-level:
       `SEQUENCE_AGGREGATION`); a KL term beside it uses the same.
-    reads: extra batch arrays the loss takes as keywords (none yet).
+    reads: extra batch arrays the loss takes as keywords
+      (``sampler_logp``).
     init: ``init() -> state`` (``()`` for stateless objectives).
     loss: ``loss(state, logp, old_logp, advantages, mask, *, batch_stats,
       token_weights=None, **extra) -> (loss, ObjectiveAux)``; with
       `token_weights` [N, T] (detached, `objectives.corrections`) each
       token's loss term is multiplied by its weight, and each row's for a
-      sequence-level objective (its row weight), the count unchanged.
+      sequence-level objective (its row weight), the count unchanged; a
+      ValueError when `weighting` is None.
     count: ``count(mask) -> the loss denominator``, known before any
       microbatch, so accumulated microbatches divide once by it.
     update: ``update(state, measures) -> state``, once per optimiser step,
@@ -39,10 +40,14 @@ class Objective(NamedTuple):
       measures``: statistics over the whole minibatch (merged over its
       microbatches, then passed to `loss` as `batch_stats`; with
       ``batch_stats=None`` the loss uses its own rows' statistics).
-    weighting: how the loss takes token weights, found at `make`:
-      ``"token"`` (built by `_kit.token_objective`), ``"row"``
-      (`_kit.sequence_objective`), or None (the loss is built otherwise and
-      cannot take them: r2vpo's penalty, a sequence ratio summed by hand).
+    weighting: how the loss takes token weights, from the function's
+      signature and level: ``"token"`` (a ``token_weights`` keyword on a
+      token-level objective), ``"row"`` (on a sequence-level one: one
+      weight per row), or None (no such keyword: r2vpo's penalty).
+    behaviour_weight: whether the loss, with these options, already weighs
+      its terms by the behaviour policy (it reads ``sampler_logp``: decoupled
+      PPO's pi_old / mu, DPPO anchored on the sampler), so a sampler-mismatch
+      correction would weigh them twice (`corrections.check_compatible`).
   """
   name: str
   level: str
@@ -55,6 +60,21 @@ class Objective(NamedTuple):
   update: Callable
   prepass: Optional[Callable]
   weighting: Optional[str] = None
+  behaviour_weight: bool = False
+
+
+# The keyword through which an objective takes corrections' weights.
+TOKEN_WEIGHTS = "token_weights"
+# How a loss takes them, by the objective's level.
+_WEIGHTING = {"token": "token", "sequence": "row"}
+
+
+def weighting(name: str) -> Optional[str]:
+  """`Objective.weighting` of `name`: from its signature and level."""
+  entry = OBJECTIVES.entry(name)
+  if TOKEN_WEIGHTS not in inspect.signature(entry.fn).parameters:
+    return None
+  return _WEIGHTING[entry.meta["level"]]
 
 
 def _accepted(fn: Callable, options: dict) -> dict:
@@ -85,10 +105,28 @@ def injected(name: str) -> Tuple[str, ...]:
   return tuple(k for spec in specs if spec is not None for k in spec.provides)
 
 
+def supplied(name: str) -> Tuple[str, ...]:
+  """The arrays the trainer passes `name`'s loss at every step: the batch's
+  (its ``reads``) and the corrections' weights."""
+  reads = tuple(OBJECTIVES.entry(name).meta.get("reads", ()))
+  return reads + (TOKEN_WEIGHTS,)
+
+
 def check_options(name: str, options: dict, *, field: str = "") -> None:
   """ValueError naming an option `name` does not take (or the trainer sets)."""
+  arrays = supplied(name)
+  for key in options:
+    if key in arrays:
+      where = f"{field}.{key}: " if field else ""
+      source = ("config.corrections" if key == TOKEN_WEIGHTS
+                else "the batch")
+      raise ValueError(
+          f"{where}objective {name!r} receives the array {key!r} from the "
+          f"trainer at every step ({source}), so it is not an option; "
+          "remove it.")
   OBJECTIVES.check_options(name, options, field=field,
-                           extra=state_options(name), exclude=injected(name))
+                           extra=state_options(name),
+                           exclude=injected(name) + arrays)
 
 
 def make(name: str, **options) -> Objective:
@@ -125,6 +163,9 @@ def make(name: str, **options) -> Objective:
   resolved.update(loss_options)
   if prepass_spec is not None and not prepass_spec.when(**resolved):
     prepass_spec = None
+  weighs = meta.get("behaviour_weight", False)
+  weighs = weighs(**resolved) if callable(weighs) else weighs
+  takes = weighting(name)
 
   def init():
     return () if spec is None else spec.init(**_accepted(spec.init, options))
@@ -136,16 +177,14 @@ def make(name: str, **options) -> Objective:
       kwargs.update(spec.loss_kwargs(state))
     if prepass_spec is not None and batch_stats is not None:
       kwargs.update(prepass_spec.loss_kwargs(batch_stats))
-    if token_weights is None:
-      return fn(logp, old_logp, advantages, mask, **kwargs)
-    with _kit.token_weights(token_weights) as weighting:
-      out = fn(logp, old_logp, advantages, mask, **kwargs)
-    if weighting.applied is None:
-      raise ValueError(
-          f"objective {name!r} builds its loss without _kit.token_objective "
-          "or _kit.sequence_objective, so it cannot take token weights "
-          "(corrections); build it with one of them.")
-    return out
+    if token_weights is not None:
+      if takes is None:
+        raise ValueError(
+            f"objective {name!r} takes no {TOKEN_WEIGHTS}= (its loss is not "
+            "a sum of per-token or per-row terms), so it cannot take "
+            "corrections.")
+      kwargs[TOKEN_WEIGHTS] = token_weights
+    return fn(logp, old_logp, advantages, mask, **kwargs)
 
   def update(state, step_measures):
     if spec is None:
@@ -159,19 +198,16 @@ def make(name: str, **options) -> Objective:
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon),
       update=update,
       prepass=None if prepass_spec is None else functools.partial(
-          prepass_spec.stats, **_accepted(prepass_spec.stats, resolved)))
-  return objective._replace(weighting=_check_values(objective))
+          prepass_spec.stats, **_accepted(prepass_spec.stats, resolved)),
+      weighting=takes, behaviour_weight=bool(weighs))
+  _check_values(objective)
+  return objective
 
 
-def _check_values(objective: Objective) -> Optional[str]:
+def _check_values(objective: Objective) -> None:
   """Runs the objective once on one token, so that a bad option value
-  (a negative clip, an unknown centre) fails at `make`, before any compute.
-
-  The run has token weights open: returns how the loss took them
-  (`Objective.weighting`)."""
+  (a negative clip, an unknown centre) fails at `make`, before any compute."""
   ones = jnp.ones((1, 1), jnp.float32)
   args = (-ones, -ones, jnp.ones((1,), jnp.float32), ones)
   stats = None if objective.prepass is None else objective.prepass(*args)
-  with _kit.token_weights(ones) as weighting:
-    objective.loss(objective.init(), *args, batch_stats=stats)
-  return weighting.applied
+  objective.loss(objective.init(), *args, batch_stats=stats)

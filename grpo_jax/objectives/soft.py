@@ -18,7 +18,7 @@ SAPO_GATE_THRESHOLD = 0.5
     level="token", mechanism="penalty", paper="2601.22801",
     examples=({}, {"epsilon": 0.05, "aggregation": "token_mean"}))
 def cfpo(logp, old_logp, advantages, mask, *, epsilon=0.2,
-         aggregation="seq_mean_token_mean", horizon=None):
+         aggregation="seq_mean_token_mean", horizon=None, token_weights=None):
   """Clipping-Free Policy Optimization: a quadratic trust region, no clip.
 
     L = -(r*A - |A| * (r - 1)^2 / (2 * epsilon))
@@ -36,6 +36,8 @@ def cfpo(logp, old_logp, advantages, mask, *, epsilon=0.2,
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     epsilon: the trust-region half-width (> 0).
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -48,7 +50,8 @@ def cfpo(logp, old_logp, advantages, mask, *, epsilon=0.2,
   past = (((a > 0) & (ratio > 1.0 + epsilon))
           | ((a < 0) & (ratio < 1.0 - epsilon)))
   return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=past, ratio=ratio)
+                              horizon=horizon, clipped=past, ratio=ratio,
+                              token_weights=token_weights)
 
 
 # Simple Policy Optimization (arXiv 2401.16025) is the same objective: one
@@ -63,7 +66,7 @@ spo_simple = OBJECTIVES.register(
     examples=({}, {"tau_pos": 4.0, "tau_neg": 8.0,
                    "aggregation": "seq_mean_token_mean"}))
 def sapo(logp, old_logp, advantages, mask, *, tau_pos=1.0, tau_neg=1.05,
-         aggregation="token_mean", horizon=None):
+         aggregation="token_mean", horizon=None, token_weights=None):
   """Soft Adaptive Policy Optimization: a sigmoid gate instead of a clip.
 
     L = -f(r) * A,   f(r) = sigmoid(tau * (r - 1)) * 4 / tau,
@@ -82,6 +85,8 @@ def sapo(logp, old_logp, advantages, mask, *, tau_pos=1.0, tau_neg=1.05,
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     tau_pos, tau_neg: gate temperatures (> 0) for A > 0 and A <= 0.
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -98,14 +103,15 @@ def sapo(logp, old_logp, advantages, mask, *, tau_pos=1.0, tau_neg=1.05,
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon,
                               clipped=weight < SAPO_GATE_THRESHOLD,
-                              ratio=ratio)
+                              ratio=ratio, token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="token", mechanism=None, paper="RGRA",
     examples=({}, {"aggregation": "token_mean"}))
 def reinforce(logp, old_logp, advantages, mask, *,
-              aggregation="seq_mean_token_mean", horizon=None):
+              aggregation="seq_mean_token_mean", horizon=None,
+              token_weights=None):
   """REINFORCE with group-relative advantages (RGRA).
 
     L = -A * logp
@@ -119,6 +125,8 @@ def reinforce(logp, old_logp, advantages, mask, *,
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
@@ -127,14 +135,15 @@ def reinforce(logp, old_logp, advantages, mask, *,
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   return _kit.token_objective(-batch.advantages * batch.logp, batch,
                               aggregation=aggregation, horizon=horizon,
-                              clipped=jnp.zeros_like(batch.mask, bool))
+                              clipped=jnp.zeros_like(batch.mask, bool),
+                              token_weights=token_weights)
 
 
 @OBJECTIVES.register(
     level="token", mechanism=None, paper="arXiv 2504.02546",
     examples=({}, {"aggregation": "seq_mean_token_mean"}))
 def gpg(logp, old_logp, advantages, mask, *, aggregation="token_mean",
-        horizon=None):
+        horizon=None, token_weights=None):
   """GPG's policy gradient: L = -A * logp, aggregated over tokens.
 
   Group Policy Gradient (arXiv 2504.02546; verl's ``gpg`` loss): plain
@@ -146,9 +155,11 @@ def gpg(logp, old_logp, advantages, mask, *, aggregation="token_mean",
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
     aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms
+      (`objectives.corrections`), or None.
 
   Returns:
     (loss, ObjectiveAux).
   """
   return reinforce(logp, old_logp, advantages, mask, aggregation=aggregation,
-                   horizon=horizon)
+                   horizon=horizon, token_weights=token_weights)

@@ -187,11 +187,48 @@ def law_empty_batch_gives_zero(name, options):
          what="empty gradient")
 
 
+def law_token_weights_scale_and_drop_terms(name, options):
+  """An objective taking ``token_weights``: unit weights change nothing, a
+  constant weight c scales the loss (and its gradient) by c, and zero
+  weights on a row drop exactly that row's terms (its loss_sum alone
+  subtracted); the count stays the mask's throughout. Entries without the
+  keyword are exempt."""
+  objective = objectives.make(name, **options)
+  if objective.weighting is None:
+    return
+  logp, old, adv, mask = off_policy_batch()
+  # Pre-pass statistics of the whole batch, for the rows alone as well.
+  stats = (None if objective.prepass is None
+           else objective.prepass(logp, old, adv, mask))
+
+  def weighted(lp, weights, rows=slice(None)):
+    return objective.loss(objective.init(), lp[rows], old[rows], adv[rows],
+                          mask[rows], batch_stats=stats,
+                          token_weights=weights)
+
+  plain = weighted(logp, mask)
+  _close(plain, loss_and_aux(objective, logp, old, adv, mask),
+         what="unit weights")
+  half = weighted(logp, 0.5 * mask)
+  _close(half[1].loss_sum, 0.5 * plain[1].loss_sum, what="weights of 0.5")
+  _close(half[1].loss_count, plain[1].loss_count, what="weighted count")
+  _close(jax.grad(lambda lp: weighted(lp, 0.5 * mask)[0])(logp),
+         0.5 * jax.grad(lambda lp: weighted(lp, mask)[0])(logp),
+         what="gradient under weights of 0.5")
+  first = weighted(logp, mask[:1], slice(0, 1))
+  dropped = weighted(logp, mask.at[0].set(0.0))
+  _close(dropped[1].loss_sum, plain[1].loss_sum - first[1].loss_sum,
+         what="a zero-weight row")
+  _close(dropped[1].loss_count, plain[1].loss_count,
+         what="count with a zero-weight row")
+
+
 OBJECTIVE_LAWS = (law_contract, law_finite_at_extremes,
                   law_masked_equals_dropped, law_microbatched_equals_one_shot,
                   law_on_policy_gradient_is_reinforce,
                   law_off_policy_differs_from_reinforce,
-                  law_empty_batch_gives_zero)
+                  law_empty_batch_gives_zero,
+                  law_token_weights_scale_and_drop_terms)
 
 
 def cases(registry_):
