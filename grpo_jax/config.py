@@ -11,6 +11,7 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 
 
 import inspect
+import math
 import os
 
 import ml_collections
@@ -326,7 +327,8 @@ def _positive(c, field, *, allow_zero=False):
   value = c
   for part in field.split("."):
     value = value[part]
-  if value < 0 or (value == 0 and not allow_zero):
+  # NaN passes every comparison: name it rather than turn a term off.
+  if math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
     bound = ">= 0" if allow_zero else "> 0"
     _fail(field, f"{value!r} is not {bound}", f"set a value {bound}")
 

@@ -500,8 +500,12 @@ def update(config, params, batch, *, corrections_=(), regs=(),
 
 def test_the_trainers_loss_is_the_hand_weighted_objective(model):
   """One update's loss is sum_t c_t w_t L_t over the mask's denominator,
-  with w the product of the corrections' weights computed here from the
-  same arrays (the trainer's log-probs and entropies)."""
+  with w the product of the corrections' weights written out here in numpy
+  from their formulas (not the code under test), from the same arrays (the
+  trainer's log-probs):
+
+    TIS:  w_t = min(exp(old_logp_t - sampler_logp_t), 1.2)
+    OPSM: w_i = 0 if A_i < 0 and mean_t(sampler_logp - logp) > 0 else 1"""
   config, params = model
   batch = tiny_batch(config, params)
   chosen = [corrections.make("tis", c_max=1.2), corrections.make("opsm",
@@ -515,7 +519,15 @@ def test_the_trainers_loss_is_the_hand_weighted_objective(model):
       mask=batch.completion_mask, old_logp=batch.old_logp,
       sampler_logp=batch.sampler_logp, logp=logp,
       advantages=batch.advantages).items()}
-  w = run("tis", a, c_max=1.2)[0] * run("opsm", a, delta=0.0)[0]
+  rho, real = token_ratio(a)
+  tis_w = np.where(real, np.minimum(rho, 1.2), 0.0)
+  lengths = np.maximum(real.sum(-1), 1)
+  drift = (real_values(a, "sampler_logp") - real_values(a, "logp")).sum(
+      -1) / lengths
+  drop = (a["advantages"] < 0) & (drift > 0.0)
+  opsm_w = np.where(real & ~drop[:, None], 1.0, 0.0)
+  assert drop.any() and not drop.all() and (rho > 1.2).any()
+  w = tis_w * opsm_w
   term, _ = ppo_terms(a["logp"], a["old_logp"], a["advantages"][:, None])
   c, _ = coefficients(a["mask"], "seq_mean_token_mean")
   np.testing.assert_allclose(m["loss"], (c * w * term).sum(), rtol=1e-4,
@@ -669,11 +681,21 @@ def test_old_configs_without_the_new_fields_take_their_defaults():
 
 def test_a_real_tiny_step_shows_each_mechanism(tmp_path):
   """One step of the tiny config in two minibatches (the second off
-  policy), the corrections reading the sampler's own log-probs: the
-  top-entropy mask drops ~80% of the tokens, TIS sees ratios within float
-  noise of 1, and the entropy bonus reports its entropy. (The random tiny
-  model earns reward 0 everywhere, so every advantage is 0 and OPSM, which
-  drops only A < 0 rows, keeps all; it acts in the trainer tests above.)"""
+  policy), the corrections reading the batch's sampler log-probs. The
+  random tiny model earns reward 0 (every advantage 0) and its sampler
+  agrees with the trainer to ~1e-6, so the rollout's batch is given here a
+  sampler/trainer mismatch and advantages, by row i:
+
+    sampler_logp += b_i,  b_i = -1 (i even) or +1 (i odd)
+    A_i = +1 (i // 2 even) or -1 (i // 2 odd)
+
+  so each row's IS ratio is exp(-b_i) (e or 1/e, up to float noise) and its
+  OPSM drift about b_i. Then, over real tokens: TIS (c_max 2) truncates
+  the rows of ratio e (b = -1); MIS on [0.5, 3] masks the rows of ratio
+  1/e (b = +1); OPSM (delta 0.5) drops the rows with A < 0 and b = +1
+  (i % 4 == 3); the top-entropy mask drops ~80% of the tokens; and the
+  entropy bonus reports its entropy. The expected shares are counted here
+  from the batch's mask."""
   config = grpo_config.get_config("tiny")
   config.train.num_steps, config.checkpoint.every = 1, 1
   config.train.num_minibatches = 2
@@ -681,18 +703,93 @@ def test_a_real_tiny_step_shows_each_mechanism(tmp_path):
   config.rewards.workers = 0
   config.entropy.coef = 0.01
   config.corrections = ml_collections.ConfigDict(
-      {"tis": {"c_max": 1.0}, "top_entropy": {}, "opsm": {"delta": 0.0}})
+      {"tis": {"c_max": 2.0}, "mis": {"c_min": 0.5, "c_max": 3.0},
+       "top_entropy": {}, "opsm": {"delta": 0.5}})
+  run_ = train.build(config)
+  seen = {}
+
+  def mismatched(*args):
+    batch, measurements, states = run_.rollout_fn(*args)
+    rows = np.arange(batch.completion_mask.shape[0])
+    shift = np.where(rows % 2 == 0, -1.0, 1.0).astype(np.float32)
+    adv = np.where((rows // 2) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    seen["mask"] = np.asarray(batch.completion_mask) > 0
+    seen["rows"] = rows
+    batch = batch._replace(
+        advantages=jnp.asarray(adv).reshape(
+            (-1,) + (1,) * (batch.advantages.ndim - 1)) * jnp.ones_like(
+                batch.advantages),
+        sampler_logp=batch.sampler_logp + jnp.asarray(shift)[:, None])
+    return batch, measurements, states
+
   records = []
-  train.train(config, str(tmp_path),
+  train.train(config, str(tmp_path), run=run_._replace(rollout_fn=mismatched),
               callback=lambda step, record: records.append(record))
   (record,) = records
+  mask, rows = seen["mask"], seen["rows"]
+
+  def share(row_selected):
+    return mask[row_selected].sum() / mask.sum()
+
+  assert 0 < share(rows % 2 == 0) < 1 and share(rows % 4 == 3) > 0
+  assert record["correction/tis/truncated_fraction"] == pytest.approx(
+      share(rows % 2 == 0), abs=1e-6)
+  assert record["correction/tis/truncated_fraction"] > 0
+  assert record["correction/tis/ratio_max"] == pytest.approx(np.e, rel=1e-3)
+  assert record["correction/mis/masked_fraction"] == pytest.approx(
+      share(rows % 2 == 1), abs=1e-6)
+  assert record["correction/mis/masked_fraction"] > 0
+  assert record["correction/opsm/masked_fraction"] == pytest.approx(
+      share(rows % 4 == 3), abs=1e-6)
+  assert record["correction/opsm/masked_fraction"] > 0
   assert record["correction/top_entropy/masked_fraction"] == pytest.approx(
       0.8, abs=0.1)
   assert record["correction/top_entropy/weight_mean"] > 0
-  # On CPU the sampler and the trainer agree to ~1e-6: weights ~1.
-  assert record["correction/tis/ratio_max"] == pytest.approx(1.0, abs=1e-3)
-  assert record["correction/tis/weight_mean"] == pytest.approx(1.0, abs=1e-3)
-  assert 0.0 <= record["correction/tis/truncated_fraction"] <= 1.0
-  assert record["correction/opsm/weight_mean"] == 1.0
   assert record["entropy_bonus"] > 0
   assert record["skipped_updates"] == 0
+
+
+# ------------------------------------------------------- option values
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("tis", {"c_max": "2"}, "c_max must be a real number"),
+    ("tis", {"c_max": None}, "c_max must be a real number"),
+    ("mis", {"c_max": None}, "c_max must be a real number"),
+    ("mis_sequence", {"c_min": None}, "c_min must be a real number"),
+    ("icepop", {"high": float("nan")}, "high must be > 0"),
+    ("opsm", {"delta": "0.5"}, "delta must be a real number"),
+    ("top_entropy", {"rho": "0.2"}, "rho must be a real number"),
+    ("top_entropy", {"rho": None}, "rho must be a real number"),
+])
+def test_a_bad_option_value_is_a_value_error_at_make(name, options, match):
+  with pytest.raises(ValueError, match=match):
+    corrections.make(name, **options)
+
+
+def test_a_string_bound_is_a_config_field_error():
+  config = grpo_config.get_config("tiny")
+  config.corrections = ml_collections.ConfigDict({"tis": {"c_max": "2"}})
+  with pytest.raises(ValueError, match=r"config\.corrections\.tis: c_max "
+                     r"must be a real number"):
+    config_lib.validate(config)
+
+
+def test_a_level_outside_levels_fails_at_registration():
+  with corrections.CORRECTIONS.scoped():
+    with pytest.raises(ValueError, match="level='row'"):
+      @corrections.register(level="row", reads=(), statistic="ratio")
+      def odd(mask):  # pylint: disable=unused-variable
+        del mask
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("kl", {"beta": -0.1}, "beta"),
+    ("kl", {"estimator": "k9"}, "k9"),
+    ("asymmetric_kl", {"beta_neg": None}, "beta_neg"),
+    ("entropy_bonus", {"coef": "0.1"}, "coef"),
+    ("llds", {"lam": float("nan")}, "lam"),
+])
+def test_a_bad_regulariser_value_fails_at_make(name, options, match):
+  with pytest.raises(ValueError, match=match):
+    regularisers.make(name, aggregation="token_mean", **options)

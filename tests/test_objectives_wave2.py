@@ -484,18 +484,22 @@ def test_ppo_clip_delta_caps_the_unclipped_ratio():
   testing.assert_close(aux.clip_fraction, 1.0)
 
 
-def test_ppo_clip_delta_none_is_unchanged_and_delta_equals_dual_clip():
+def test_ppo_clip_delta_with_a_dual_clip_keeps_the_smaller_cap():
+  """A < 0 at r = 3: delta 2 under dual clip 2.5 gives loss 2|A|, delta
+  2.5 over dual clip 2 gives 2|A| too; off policy delta moves the
+  gradient away from the plain clip's."""
+  old = row([-1.0])
+  logp = old + jnp.log(row([3.0]))
+  adv, mask = row([-1.0]), jnp.ones((1, 1))
+  for delta, dual in ((2.0, 2.5), (2.5, 2.0)):
+    loss, _ = per_token(objectives.ppo_clip, logp, old, adv, mask,
+                        delta=delta, dual_clip=dual)
+    testing.assert_close(loss, 2.0, rtol=1e-6)
   logp, old, _, adv, mask = off_policy(spread=1.0)
   plain = value_and_grad(objectives.ppo_clip, logp, old, adv, mask)
-  testing.assert_close(value_and_grad(objectives.ppo_clip, logp, old, adv,
-                                      mask, delta=None), plain)
-  testing.assert_close(
-      value_and_grad(objectives.ppo_clip, logp, old, adv, mask, delta=1.5),
-      value_and_grad(objectives.ppo_clip, logp, old, adv, mask,
-                     dual_clip=1.5), rtol=1e-6)
-  assert float(jnp.abs(value_and_grad(objectives.ppo_clip, logp, old, adv,
-                                      mask, delta=1.5)[1]
-                       - plain[1]).max()) > 1e-3
+  capped = value_and_grad(objectives.ppo_clip, logp, old, adv, mask,
+                          delta=1.5)
+  assert float(jnp.abs(capped[1] - plain[1]).max()) > 1e-3
 
 
 def test_ppo_clip_delta_below_the_band_is_an_error():
@@ -592,18 +596,21 @@ def test_llds_through_make_and_bad_gate():
                          advantages=jnp.abs(adv))
   testing.assert_close(sc.count, reg.count(mask))
   assert float(sc.total) > 0 and set(records) == {"llds", "llds_gated"}
-  bad = regularisers.make("llds", gate="token", aggregation="token_mean")
+  # A bad option value fails at make, before any trace.
   with pytest.raises(ValueError, match="gate"):
-    bad.loss((), logp, mask, old_logp=old, advantages=adv)
+    regularisers.make("llds", gate="token", aggregation="token_mean")
+  with pytest.raises(ValueError, match="lam"):
+    regularisers.make("llds", lam=-0.1, aggregation="token_mean")
 
 
-@pytest.mark.parametrize("gate,want", [("action", 0.2 * 0.5 / 4),
+@pytest.mark.parametrize("gate,want", [("action", 0.2 * 0.5),
                                        ("response", 0.0)])
 def test_llds_is_built_from_the_config(gate, want):
-  """configs/llds.py: lambda 0.2, aggregated like ppo_clip (seq_mean_token_
-  mean). One row of two chunks, d = old - logp = [.5, -.2 | .1, -.5], A = 1:
-  the A-gate opens the first chunk (sum .3 > 0), whose penalty is [.5, 0]:
-  0.2 * .5 / 4 tokens; the R-gate sees the row's sum -.1 and stays shut."""
+  """configs/llds.py: lambda 0.2, a token mean over all response tokens
+  (the authors', whatever the objective's aggregation). One row of two
+  chunks, d = old - logp = [.5, -.2 | .1, -.5], A = 1: the A-gate opens the
+  first chunk (sum .3 > 0), whose penalty is [.5, 0]: a sum of 0.2 * .5
+  over 4 tokens; the R-gate sees the row's sum -.1 and stays shut."""
   config = importlib.import_module("configs.llds").get_config("tiny")
   config.llds.gate = gate
   reg = train.make_components(config)["llds"]
@@ -611,7 +618,7 @@ def test_llds_is_built_from_the_config(gate, want):
   old = jnp.full((1, 5), -1.0)
   logp = old - row([0.5, -0.2, 0.0, 0.1, -0.5])
   sc, _ = reg.loss((), logp, mask, old_logp=old, advantages=jnp.ones(1))
-  testing.assert_close((sc.total, sc.count), (want, 1.0), rtol=1e-6,
+  testing.assert_close((sc.total, sc.count), (want, 4.0), rtol=1e-6,
                        atol=1e-8)
 
 

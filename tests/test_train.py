@@ -218,6 +218,25 @@ def test_non_finite_loss_skips_the_update(model):
                             before[0]["embed"])
 
 
+def test_a_skipped_update_reports_the_last_applied_rate_and_holds_the_schedule(
+    model):
+  """Warmup 0 -> 1e-2 over 4 steps: the rates are 0, 2.5e-3, 5e-3, ... by
+  optimiser step. A skipped update neither advances the schedule nor
+  reports a rate it did not use."""
+  config, params = model
+  optimizer = optim.make_optimizer(learning_rate=1e-2, warmup_steps=4,
+                                   decay="constant", total_steps=10)
+  fn, fresh = setup(config, params, optimizer)
+  good = random_batch(config, params, jax.random.PRNGKey(2))
+  poisoned = good._replace(advantages=good.advantages.at[0].set(jnp.nan))
+  rates = []
+  state = fresh()
+  for batch in (good, poisoned, good):
+    state, m = fn(state, batch)
+    rates.append(float(m["learning_rate"]))
+  np.testing.assert_allclose(rates, [0.0, 0.0, 2.5e-3], atol=1e-9)
+
+
 def test_a_minibatch_without_loss_tokens_takes_no_step(model):
   """After a real step AdamW's momentum is nonzero, so an update on a
   minibatch without loss tokens would still move the params: it is skipped

@@ -16,6 +16,7 @@ mask's (TRL and verl multiply the per-token loss the same way). An objective
 without the keyword (r2vpo's penalty) cannot take corrections.
 """
 
+import math
 import numbers
 from typing import Callable, Mapping, NamedTuple, Optional, Tuple
 
@@ -130,6 +131,7 @@ class Batch(NamedTuple):
   """Validated float32 inputs; every entry is 0 under padding."""
   log_ratio: jnp.ndarray  # [N, T], clamped to +-LOG_RATIO_BOUND
   logp: jnp.ndarray  # [N, T]
+  old_logp: jnp.ndarray  # [N, T]
   advantages: jnp.ndarray  # [N, T]
   mask: jnp.ndarray  # [N, T], 1.0 or 0.0
 
@@ -168,16 +170,32 @@ def prepare(logp, old_logp, advantages, mask) -> Batch:
   return Batch(
       log_ratio=log_ratio,
       logp=logp,
+      old_logp=old_logp,
       advantages=jnp.where(real, advantages.astype(jnp.float32), 0.0),
       mask=real.astype(jnp.float32))
 
 
 def check_hparam(name: str, value, *, low: float, strict: bool = False):
-  """ValueError if a concrete hyperparameter is below `low` (traced: skipped)."""
+  """ValueError if a concrete hyperparameter is NaN or below `low` (traced:
+  skipped). NaN compares False with everything, so it is named first: it
+  would otherwise pass and silently mask every token, or skip every
+  update."""
   if isinstance(value, numbers.Real) and (
-      value < low or (strict and value == low)):
+      math.isnan(value) or value < low or (strict and value == low)):
     bound = ">" if strict else ">="
     raise ValueError(f"{name} must be {bound} {low}; got {value}.")
+
+
+def dual_clip(term, cut, advantages, c):
+  """The dual clip of arXiv 1912.09729 on per-token loss terms: for A < 0
+  the loss is capped at -c * A (c > 1), so a ratio far above the band
+  cannot grow the loss without bound. Returns (term, cut) with the capped
+  tokens added to `cut`; `c` None leaves both as they are."""
+  if c is None:
+    return term, cut
+  cap = -c * advantages
+  cut = cut | ((advantages < 0) & (term > cap))
+  return jnp.where(advantages < 0, jnp.minimum(term, cap), term), cut
 
 
 def check_band(clip_low, clip_high):

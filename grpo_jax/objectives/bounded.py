@@ -69,11 +69,7 @@ def ce_gppo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
       low, -beta_low * (1.0 - clip_low) * unit * a,
       jnp.where(high, -beta_high * (1.0 + clip_high) * unit * a,
                 -ratio * a))
-  clipped = low | high
-  if dual_clip is not None:
-    cap = -dual_clip * a
-    clipped = clipped | ((a < 0) & (term > cap))
-    term = jnp.where(a < 0, jnp.minimum(term, cap), term)
+  term, clipped = _kit.dual_clip(term, low | high, a, dual_clip)
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon, clipped=clipped, ratio=ratio,
                               token_weights=token_weights)

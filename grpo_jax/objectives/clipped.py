@@ -71,17 +71,13 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
         and delta < 1.0 + clip_high):
       raise ValueError(
           f"delta must be >= 1 + clip_high = {1.0 + clip_high}; got {delta}.")
+  if delta is not None:
+    # Capping the unclipped ratio at delta is the dual clip at delta.
+    dual_clip = delta if dual_clip is None else min(dual_clip, delta)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   a, ratio = batch.advantages, batch.ratio
-  term, cut = _kit.ppo_term(ratio, a, clip_low, clip_high)
-  if delta is not None:
-    banded = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    term = -jnp.minimum(jnp.minimum(ratio, delta) * a, banded * a)
-    cut = cut | ((a < 0) & (ratio > delta))
-  if dual_clip is not None:
-    cap = -dual_clip * a
-    cut = cut | ((a < 0) & (term > cap))
-    term = jnp.where(a < 0, jnp.minimum(term, cap), term)
+  term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, a, clip_low, clip_high),
+                             a, dual_clip)
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon, clipped=cut, ratio=ratio,
                               token_weights=token_weights)

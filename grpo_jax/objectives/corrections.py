@@ -48,7 +48,6 @@ moments of the statistic the rule thresholds (``ratio`` for the IS rules,
 
 import functools
 import inspect
-import math
 import numbers
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
@@ -61,6 +60,7 @@ from grpo_jax import registry
 from grpo_jax.objectives import record as objective_record
 from grpo_jax.objectives._kit import LOG_RATIO_BOUND
 from grpo_jax.objectives._kit import OBJECTIVES
+from grpo_jax.objectives._kit import check_hparam
 
 CORRECTIONS = registry.Registry(
     "correction", positional=("mask",),
@@ -72,6 +72,18 @@ CORRECTIONS = registry.Registry(
 SEQUENCE_RATIOS = ("product", "geometric")
 
 LEVELS = ("token", "sequence")
+
+
+def register(*, level: str, **meta):
+  """`CORRECTIONS.register`, with `level` checked against LEVELS (a
+  ValueError at import naming the correction otherwise)."""
+  def decorate(fn):
+    if level not in LEVELS:
+      raise ValueError(
+          f"correction {fn.__name__!r} declares level={level!r}; choose one "
+          f"of {', '.join(LEVELS)}.")
+    return CORRECTIONS.register(level=level, **meta)(fn)
+  return decorate
 
 
 class TokenWeights(NamedTuple):
@@ -107,10 +119,17 @@ def _real(mask, **arrays):
 
 
 def _check(name: str, value, *, low: float, strict: bool = False):
-  if isinstance(value, numbers.Real) and (
-      value < low or (strict and value == low) or math.isnan(value)):
+  """ValueError unless `value` is a real number (a traced or 0-d array
+  passes to `_kit.check_hparam`, which skips traced ones), not NaN and
+  above `low`. None is no bound here: every bound takes a number."""
+  if isinstance(value, bool) or not (
+      isinstance(value, numbers.Real)
+      or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0)):
+    bound = ">" if strict else ">="
     raise ValueError(
-        f"{name} must be {'>' if strict else '>='} {low}; got {value!r}.")
+        f"{name} must be a real number {bound} {low}; got {value!r} "
+        f"({type(value).__name__}): set {name} to a number.")
+  check_hparam(name, value, low=low, strict=strict)
 
 
 def _check_bounds(low_name, low, high_name, high):
@@ -161,7 +180,7 @@ _SAMPLER = ("old_logp", "sampler_logp")
 # itself takes none of them.
 
 
-@CORRECTIONS.register(
+@register(
     level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="Yao et al. 2025, 'Your efficient RL framework secretly brings you "
     "off-policy RL training'; verl rollout_is='token'; TRL token_truncate",
@@ -193,7 +212,7 @@ def tis(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0):
   return _truncate(real, jnp.exp(x), c_min, c_max)
 
 
-@CORRECTIONS.register(
+@register(
     level="sequence", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="verl rollout_is='sequence'; TRL sequence_truncate",
     examples=({}, {"ratio": "geometric", "c_max": 1.5, "c_min": 0.5}))
@@ -227,7 +246,7 @@ def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
                    c_max)
 
 
-@CORRECTIONS.register(
+@register(
     level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="TRL vllm_importance_sampling_mode='token_mask'",
     examples=({}, {"c_min": 0.5, "c_max": 2.0}))
@@ -257,7 +276,7 @@ def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
   return _band_mask(real, jnp.exp(x), c_min, c_max)
 
 
-@CORRECTIONS.register(
+@register(
     level="sequence", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="TRL vllm_importance_sampling_mode='sequence_mask' (its default)",
     examples=({}, {"ratio": "geometric", "c_min": 0.5, "c_max": 2.0}))
@@ -288,7 +307,7 @@ def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
                     c_min, c_max)
 
 
-@CORRECTIONS.register(
+@register(
     level="token", reads=_SAMPLER, statistic="ratio", behaviour_weight=True,
     paper="IcePop (Ring-1T, arXiv 2510.18855); OpenRLHF "
     "vllm_is_correction_type='icepop'",
@@ -321,7 +340,7 @@ def icepop(mask, *, old_logp, sampler_logp, low=0.5, high=5.0):
 # ------------------------------------------------------- policy drift
 
 
-@CORRECTIONS.register(
+@register(
     level="sequence", reads=("logp", "sampler_logp", "advantages"),
     statistic="log_ratio",
     paper="DeepSeek-V3.2, arXiv 2512.02556, eq. 9; TRL "
@@ -390,15 +409,22 @@ def masked_quantile(values, mask, q):
   return jnp.where(k > 0, value, jnp.inf)
 
 
+def _check_rho(rho):
+  _check("rho", rho, low=0.0)
+  if isinstance(rho, numbers.Real) and rho > 1.0:
+    raise ValueError(f"rho must be in [0, 1]; got {rho!r}.")
+
+
 def top_entropy_threshold(mask, *, entropy, rho=0.2):
   """{"entropy_threshold": the (1 - rho)-quantile of `entropy` over the
   real tokens of `mask`}: `top_entropy`'s statistic of a whole minibatch,
   computed once and fixed for its microbatches."""
+  _check_rho(rho)
   return {"entropy_threshold": masked_quantile(
       jax.lax.stop_gradient(entropy), mask, 1.0 - rho)}
 
 
-@CORRECTIONS.register(
+@register(
     level="token", reads=("entropy",), statistic="entropy",
     paper="Beyond the 80/20 rule, arXiv 2506.01939; TRL "
     "top_entropy_quantile",
@@ -427,8 +453,7 @@ def top_entropy(mask, *, entropy, rho=0.2, entropy_threshold=None):
   Returns:
     TokenWeights (statistic: H).
   """
-  if isinstance(rho, numbers.Real) and not 0.0 <= rho <= 1.0:
-    raise ValueError(f"rho must be in [0, 1]; got {rho!r}.")
+  _check_rho(rho)
   real, a = _real(mask, entropy=entropy)
   if entropy_threshold is None:
     entropy_threshold = top_entropy_threshold(mask, entropy=a["entropy"],

@@ -80,7 +80,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   those ids; neither exists yet, so they are left out.
 
   ratio: statistics of exp(logp - anchor) over real tokens. clip_fraction:
-  1 - the share of valid real tokens.
+  the share of real tokens with A != 0 that the mask drops.
 
   Args:
     logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
@@ -112,7 +112,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   _kit.check_hparam("delta_high", delta_high, low=0.0)
   _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
-  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  old = batch.old_logp
   ref = offpolicy.behaviour_logp(sampler_logp if anchor == "behav" else None,
                                  old, batch.mask)
   x = offpolicy.log_ratio_to(batch.logp, ref)
@@ -125,5 +125,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
       delta_low, delta_high))
   term = -batch.advantages * weight * batch.logp * valid
   return _kit.token_objective(term, batch, aggregation=aggregation,
-                              horizon=horizon, clipped=~valid,
+                              horizon=horizon,
+                              # A = 0 tokens carry no gradient to cut.
+                              clipped=~valid & (batch.advantages != 0),
                               ratio=jnp.exp(x), token_weights=token_weights)

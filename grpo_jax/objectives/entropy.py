@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
 from grpo_jax import measures
+from grpo_jax.objectives.regularisers import check_coefficient
 from grpo_jax.objectives.regularisers import REGULARISERS
 
 
@@ -40,8 +41,7 @@ def entropy_bonus(logp, mask, *, entropy, coef=0.0,
     (SumCount of -coef * H, {"entropy_bonus": Mean of the aggregated H}).
   """
   del logp
-  if not coef >= 0:
-    raise ValueError(f"coef={coef!r} must be >= 0.")
+  check_coefficient("coef", coef)
   real = jnp.asarray(mask) > 0
   # Select, never multiply: padding may hold -inf or NaN.
   entropy = jnp.where(real, jnp.asarray(entropy, jnp.float32), 0.0)

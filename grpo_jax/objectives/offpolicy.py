@@ -141,15 +141,12 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
   if dual_clip is not None:
     _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
-  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
   weight, truncated = _capped(log_ratio_to(old, mu), is_cap)
   a, ratio = batch.advantages, batch.ratio
-  term, cut = _kit.ppo_term(ratio, a, clip_low, clip_high)
-  if dual_clip is not None:
-    cap = -dual_clip * a
-    cut = cut | ((a < 0) & (term > cap))
-    term = jnp.where(a < 0, jnp.minimum(term, cap), term)
+  term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, a, clip_low, clip_high),
+                             a, dual_clip)
   return _kit.token_objective(
       weight * term, batch, aggregation=aggregation, horizon=horizon,
       clipped=cut, ratio=ratio, token_weights=token_weights,
@@ -219,7 +216,7 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
   if isinstance(band_low, numbers.Real) and band_low > 1.0:
     raise ValueError(f"band_low must be <= 1; got {band_low}.")
   batch = _kit.prepare(logp, old_logp, advantages, mask)
-  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
   x = log_ratio_to(batch.logp, mu) * batch.mask
   weight, truncated = _capped(x, is_cap)
@@ -309,7 +306,7 @@ def vespo(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0,
   if is_cap is not None:
     _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
-  old = jnp.where(batch.mask > 0, jnp.asarray(old_logp, jnp.float32), 0.0)
+  old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
   log_w = vespo_log_weight(batch, old, mu, is_cap)[:, None]
   a = batch.advantages

@@ -9,6 +9,7 @@ minibatch's count like the objective's, and its measurement records.
 """
 
 import functools
+import numbers
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import jax
@@ -18,6 +19,7 @@ from grpo_jax import aggregation as agg
 from grpo_jax import kl as kl_lib
 from grpo_jax import measures
 from grpo_jax import registry
+from grpo_jax.objectives._kit import check_hparam
 
 REGULARISERS = registry.Registry("regulariser", positional=("logp", "mask"))
 
@@ -33,17 +35,31 @@ def kl(logp, mask, *, ref_logp, beta=0.04, estimator="k3",
     logp: [N, T] policy log-probs (with gradient).
     mask: [N, T] loss tokens.
     ref_logp: [N, T] reference log-probs.
-    beta: the coefficient (> 0).
+    beta: the coefficient (>= 0).
     estimator: a `kl.names()` entry (k1, k2, k3).
     aggregation, horizon: the objective's aggregation.
 
   Returns:
     (SumCount of beta * the KL terms, {"kl": Mean of the unweighted KL}).
   """
+  check_coefficient("beta", beta)
   sc = agg.sum_and_count(kl_lib.get(estimator)(logp, ref_logp), mask,
                          aggregation, horizon=horizon)
   return (agg.SumCount(beta * sc.total, sc.count),
           {"kl": measures.Mean(sc.total, sc.count)})
+
+
+def check_coefficient(name: str, value) -> None:
+  """ValueError unless a regulariser's coefficient is a real number >= 0
+  (not NaN, None, a bool or a string); a 0-d array passes to
+  `_kit.check_hparam`, which skips traced ones."""
+  if isinstance(value, bool) or not (
+      isinstance(value, numbers.Real)
+      or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0)):
+    raise ValueError(
+        f"{name} must be a real number >= 0; got {value!r} "
+        f"({type(value).__name__}): set {name} to a number.")
+  check_hparam(name, value, low=0.0)
 
 
 def _row_advantages(advantages, shape) -> jnp.ndarray:
@@ -82,9 +98,8 @@ def asymmetric_kl(logp, mask, *, ref_logp, advantages, beta_pos=0.01,
   Returns:
     (SumCount of beta_t * the KL terms, {"kl": Mean of the unweighted KL}).
   """
-  for name, value in (("beta_pos", beta_pos), ("beta_neg", beta_neg)):
-    if not value >= 0:
-      raise ValueError(f"{name}={value!r} must be >= 0.")
+  check_coefficient("beta_pos", beta_pos)
+  check_coefficient("beta_neg", beta_neg)
   terms = kl_lib.get(estimator)(logp, ref_logp)
   beta = jnp.where(_row_advantages(advantages, terms.shape) >= 0, beta_pos,
                    beta_neg)
@@ -176,8 +191,7 @@ def llds(logp, mask, *, advantages, old_logp=None, lam=0.2, gate="action",
   """
   if gate not in LLDS_GATES:
     raise ValueError(f"gate={gate!r} is unknown; choose one of {LLDS_GATES}.")
-  if not lam >= 0:
-    raise ValueError(f"lam={lam!r} must be >= 0.")
+  check_coefficient("lam", lam)
   real = jnp.asarray(mask) > 0
   logp = jnp.where(real, jnp.asarray(logp, jnp.float32), 0.0)
   old = (logp if old_logp is None
@@ -214,7 +228,8 @@ class Regulariser(NamedTuple):
 def make(name: str, *, aggregation: str, horizon: Optional[int] = None,
          **options) -> Regulariser:
   """The `Regulariser` `name` with `options` and the objective's
-  aggregation bound."""
+  aggregation bound; an unknown option or a bad value is a ValueError
+  naming it."""
   REGULARISERS.check_options(name, options,
                              exclude=("aggregation", "horizon") + tuple(
                                  REGULARISERS.entry(name).meta["reads"]))
@@ -222,7 +237,19 @@ def make(name: str, *, aggregation: str, horizon: Optional[int] = None,
   entry = REGULARISERS.entry(name)
   fn = functools.partial(entry.fn, aggregation=aggregation, horizon=horizon,
                          **options)
-  return Regulariser(
+  regulariser = Regulariser(
       name=name, reads=tuple(entry.meta["reads"]), init=lambda: (),
       loss=lambda state, logp, mask, **arrays: fn(logp, mask, **arrays),
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon))
+  _check_values(regulariser)
+  return regulariser
+
+
+def _check_values(regulariser: Regulariser) -> None:
+  """Runs the regulariser once on one token, so that a bad option value (a
+  negative coefficient, an unknown gate or estimator) fails at `make`,
+  before any compute, as the objectives' and corrections' do."""
+  ones = jnp.ones((1, 1), jnp.float32)
+  arrays = {k: (jnp.ones((1,), jnp.float32) if k == "advantages" else -ones)
+            for k in regulariser.reads}
+  regulariser.loss(regulariser.init(), -ones, ones, **arrays)
