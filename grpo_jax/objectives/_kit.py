@@ -166,7 +166,7 @@ def prepare(logp, old_logp, advantages, mask) -> Batch:
   # unselected branch still poisons the gradient.
   logp = jnp.where(real, logp.astype(jnp.float32), 0.0)
   old_logp = jnp.where(real, old_logp.astype(jnp.float32), 0.0)
-  log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+  log_ratio = clipped_log_ratio(logp, old_logp)
   return Batch(
       log_ratio=log_ratio,
       logp=logp,
@@ -184,6 +184,11 @@ def check_hparam(name: str, value, *, low: float, strict: bool = False):
       math.isnan(value) or value < low or (strict and value == low)):
     bound = ">" if strict else ">="
     raise ValueError(f"{name} must be {bound} {low}; got {value}.")
+
+
+def clipped_log_ratio(logp, reference):
+  """clip(logp - reference, -20, 20): every log-ratio before an exp."""
+  return jnp.clip(logp - reference, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
 
 
 def dual_clip(term, cut, advantages, c):

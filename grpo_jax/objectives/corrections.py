@@ -57,8 +57,8 @@ import jax.numpy as jnp
 from grpo_jax import aggregation as agg
 from grpo_jax import measures
 from grpo_jax import registry
+from grpo_jax.objectives import _kit
 from grpo_jax.objectives import record as objective_record
-from grpo_jax.objectives._kit import LOG_RATIO_BOUND
 from grpo_jax.objectives._kit import OBJECTIVES
 from grpo_jax.objectives._kit import check_hparam
 
@@ -141,11 +141,13 @@ def _check_bounds(low_name, low, high_name, high):
         f"{low_name}={low!r} must be below {high_name}={high!r}.")
 
 
-def _mismatch_log_ratio(real, old_logp, sampler_logp):
-  """x = old_logp - sampler_logp on real tokens (0 on padding), clipped to
-  +-20 like every log-ratio before an exp (verl's SAFETY_BOUND)."""
-  return jnp.where(real, jnp.clip(old_logp - sampler_logp,
-                                  -LOG_RATIO_BOUND, LOG_RATIO_BOUND), 0.0)
+def _sampler_log_ratio(mask, old_logp, sampler_logp):
+  """(real [N, T] bool, x = old_logp - sampler_logp on real tokens, 0 on
+  padding, clipped to +-20 like every log-ratio before an exp: verl's
+  SAFETY_BOUND)."""
+  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
+  x = _kit.clipped_log_ratio(a["old_logp"], a["sampler_logp"])
+  return real, jnp.where(real, x, 0.0)
 
 
 def _sequence_log_ratio(real, x, how: str):
@@ -156,7 +158,8 @@ def _sequence_log_ratio(real, x, how: str):
   total = x.sum(axis=-1, keepdims=True)
   lengths = jnp.maximum(real.sum(axis=-1, keepdims=True), 1)
   row = {"product": total, "geometric": total / lengths}[how]
-  return jnp.where(real, jnp.clip(row, -LOG_RATIO_BOUND, LOG_RATIO_BOUND),
+  bound = _kit.LOG_RATIO_BOUND
+  return jnp.where(real, jnp.clip(row, -bound, bound),
                    0.0)
 
 
@@ -207,8 +210,7 @@ def tis(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0):
     TokenWeights (truncated: rho outside [c_min, c_max]; statistic: rho).
   """
   _check_bounds("c_min", c_min, "c_max", c_max)
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
-  x = _mismatch_log_ratio(real, a["old_logp"], a["sampler_logp"])
+  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
   return _truncate(real, jnp.exp(x), c_min, c_max)
 
 
@@ -240,8 +242,7 @@ def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
     TokenWeights (statistic: rho_i on the row's tokens).
   """
   _check_bounds("c_min", c_min, "c_max", c_max)
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
-  x = _mismatch_log_ratio(real, a["old_logp"], a["sampler_logp"])
+  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
   return _truncate(real, jnp.exp(_sequence_log_ratio(real, x, ratio)), c_min,
                    c_max)
 
@@ -271,8 +272,7 @@ def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
     TokenWeights (statistic: rho).
   """
   _check_bounds("c_min", c_min, "c_max", c_max)
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
-  x = _mismatch_log_ratio(real, a["old_logp"], a["sampler_logp"])
+  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(x), c_min, c_max)
 
 
@@ -301,8 +301,7 @@ def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
     TokenWeights (statistic: rho_i on the row's tokens).
   """
   _check_bounds("c_min", c_min, "c_max", c_max)
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
-  x = _mismatch_log_ratio(real, a["old_logp"], a["sampler_logp"])
+  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(_sequence_log_ratio(real, x, ratio)),
                     c_min, c_max)
 
@@ -332,8 +331,7 @@ def icepop(mask, *, old_logp, sampler_logp, low=0.5, high=5.0):
     TokenWeights (statistic: rho).
   """
   _check_bounds("low", low, "high", high)
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
-  x = _mismatch_log_ratio(real, a["old_logp"], a["sampler_logp"])
+  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(x), low, high)
 
 

@@ -115,7 +115,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   old = batch.old_logp
   ref = offpolicy.behaviour_logp(sampler_logp if anchor == "behav" else None,
                                  old, batch.mask)
-  x = offpolicy.log_ratio_to(batch.logp, ref)
+  x = _kit.clipped_log_ratio(batch.logp, ref)
   weight = jax.lax.stop_gradient(jnp.minimum(jnp.exp(x), is_cap))
   # Probabilities of the sampled token, kept in (0, 1].
   log_p = jax.lax.stop_gradient(jnp.minimum(batch.logp, 0.0))

@@ -64,12 +64,6 @@ def behaviour_logp(sampler_logp, old_logp, mask) -> jnp.ndarray:
   return jnp.where(mask > 0, source.astype(jnp.float32), 0.0)
 
 
-def log_ratio_to(logp, reference) -> jnp.ndarray:
-  """clip(logp - reference, -20, 20): the log-ratio before any exp."""
-  return jnp.clip(logp - reference, -_kit.LOG_RATIO_BOUND,
-                  _kit.LOG_RATIO_BOUND)
-
-
 def _capped(log_weight, cap):
   """sg(min(exp(log_weight), cap)) and where the cap bound; cap None: no cap."""
   weight = jnp.exp(log_weight)
@@ -143,7 +137,7 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
-  weight, truncated = _capped(log_ratio_to(old, mu), is_cap)
+  weight, truncated = _capped(_kit.clipped_log_ratio(old, mu), is_cap)
   a, ratio = batch.advantages, batch.ratio
   term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, a, clip_low, clip_high),
                              a, dual_clip)
@@ -218,7 +212,7 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
-  x = log_ratio_to(batch.logp, mu) * batch.mask
+  x = _kit.clipped_log_ratio(batch.logp, mu) * batch.mask
   weight, truncated = _capped(x, is_cap)
   row_sum = x.sum(axis=-1, keepdims=True)
   statistic = {
