@@ -46,7 +46,8 @@ def get_config(arg=None):
   c.rewards.functions = ("accuracy",)
   c.rewards.weights = (1.0,)
   c.advantage.name = "spo"
-  # 10**digits ** operands * len(ops) ** (operands - 1) = 100 problems.
+  # One slot per problem: 10**digits ** operands * len(ops) ** (operands - 1)
+  # is 100 here and 300 on the comparison task (three operators).
   c.advantage.kwargs = dict(rho="constant", rho_value=0.875, eps=1e-8,
-                            capacity=100)
+                            capacity=300)
   return config_lib.finalize(c, arg)
