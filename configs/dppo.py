@@ -11,8 +11,8 @@ minibatch updates per rollout batch; the truncation C is 20 in verl's code
 and 10 in Stable-RL's (10 here). Scaled down: 8 prompts x 8 completions in 4
 minibatches, so the last three optimiser steps of each batch see p != mu.
 ``--config.objective.kwargs.divergence=kl`` is the binary-KL form (delta
-0.05). The Top-K forms need per-position top-K log-probs from the sampler,
-which it does not record.
+0.05). The Top-K forms (the divergence over the sampler's top-K ids plus the
+rest mass) are configs/dppo_topk.py.
 
 Command:
   python -m experiments.train --config=configs/dppo.py --workdir=runs/dppo

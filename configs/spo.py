@@ -1,26 +1,29 @@
 """SPO (single-stream policy optimisation; seed 002 para. 7): a persistent
-per-prompt Beta value tracker replaces the group baseline, and advantages
-are normalised over the whole batch.
+per-prompt Beta value tracker replaces the group baseline, its forgetting
+adapts to how far the policy moved, advantages are normalised over the
+whole batch, and prompts are drawn by the tracker's uncertainty.
 
 Advantages `advantages.spo`: A_raw = R - alpha_x / (alpha_x + beta_x), the
 tracker of problem x (`data.Example.index`) as it stood before the step,
 then (A_raw - mean_B) / std_B over the batch; after the step
-alpha_x <- rho alpha_x + R and beta_x <- rho beta_x + (1 - R). The
-tracker (one slot per problem, `capacity` slots) is the estimator's state in
-TrainState, checkpointed.
+alpha_x <- rho_x alpha_x + R and beta_x <- rho_x beta_x + (1 - R) with the
+KL-adaptive rho_x = clip(2^(-D_x / 0.06), 0.875, 0.96), D_x the mean
+|log-prob change| of the response stored at x's previous visit
+(`grpo_jax.revisits`; 0, so rho = 0.96, at a first visit). The prompts of
+a step are drawn without replacement with weight sqrt(p_x (1 - p_x)) +
+0.05 (`strategies.select.prioritized`). The tracker and the stored
+responses (one slot per problem) are state in TrainState, checkpointed.
 
-Paper's setup (verl recipe/spo): one sample per prompt (G = 1) and more
-prompts, the KL-adaptive rho in [0.875, 0.96], trackers initialised from 8
-offline samples per prompt, prompts drawn with priority sqrt(p(1-p)) +
-0.05. Here: ``rho="constant"`` (0.875; the KL-adaptive rho is not built),
-the uninformed prior alpha = beta = 0.5 (no offline pass), and the
-task's own prompt order (the prioritised draw needs the tracker in the
-select stage, which the rollout does not pass yet). Scaled down to the
-quickstart's 8 completions a step as 8 prompts x 1 completion (one-digit
-sums, SmolLM2-135M-Instruct, 40 new tokens, 40 steps, no KL); the table
-holds the task's 100 problems; the reward is the verifier's 0/1 alone
-(the tracker counts successes, so no format bonus). ``:tiny`` keeps the
-shapes of use_tiny (2 prompts x 2).
+Paper's setup (verl recipe/spo, train.sh): one sample per prompt (G = 1),
+1024 prompts drawn by priority from a pool of 14000 in 8 PPO minibatches
+of 128, the KL-adaptive rho (``rho.type="kl"``), trackers initialised
+from 8 offline samples per prompt. Here: the uninformed prior alpha =
+beta = 0.5 (no offline pass), the pool is every training problem, and the
+quickstart's 8 completions a step as 8 prompts x 1 completion in 2
+minibatches of 4 (one-digit sums, SmolLM2-135M-Instruct, 40 new tokens,
+40 steps, no KL; ppo_clip acts on the second minibatch). The reward is the
+verifier's 0/1 alone (the tracker counts successes, so no format bonus).
+``:tiny`` keeps the shapes of use_tiny (2 prompts x 2).
 
 Command:
   python -m experiments.train --config=configs/spo.py --workdir=runs/spo
@@ -28,10 +31,10 @@ Command:
 
 Expect: nonzero advantages at every step, also when all 8 samples fail
 alike (the tracked baseline sits above 0 until a problem's tracker has
-learned it fails); with 40 steps over ~50 training problems each problem
-is seen a few times only, so the tracker stays close to its prior and the
-run behaves like batch-normalised REINFORCE with baseline 0.5. Not
-measured at this scale yet.
+learned it fails); revisits/revisited_share rising from 0 as problems come
+back (40 steps x 8 draws over ~50 training problems), with
+revisits/divergence_mean of a few hundredths, so rho sits near its 0.875
+floor for problems the policy moved on. Not measured at this scale yet.
 """
 
 from grpo_jax import config as config_lib
@@ -41,6 +44,7 @@ def get_config(arg=None):
   c = config_lib.use_quickstart_scale(config_lib.get_base_config())
   c.rollout.num_prompts = 8
   c.rollout.num_generations = 1
+  c.train.num_minibatches = 2  # verl: 8 minibatches of 128 per batch
   # The tracker counts successes: a reward in [0, 1], the verifier's alone
   # (the paper's binary correctness).
   c.rewards.functions = ("accuracy",)
@@ -48,6 +52,8 @@ def get_config(arg=None):
   c.advantage.name = "spo"
   # One slot per problem: 10**digits ** operands * len(ops) ** (operands - 1)
   # is 100 here and 300 on the comparison task (three operators).
-  c.advantage.kwargs = dict(rho="constant", rho_value=0.875, eps=1e-8,
-                            capacity=300)
+  c.advantage.kwargs = dict(rho="kl_adaptive", rho_min=0.875, rho_max=0.96,
+                            d_half=0.06, eps=1e-8, capacity=300)
+  c.select.name = "prioritized"
+  c.select.kwargs = dict(floor=0.05)
   return config_lib.finalize(c, arg)

@@ -36,7 +36,18 @@ class Batch(NamedTuple):
       off policy (mismatch corrections and measurements read them), or None
       for a batch built without them.
     temperature: [N] float32, each row's sampling temperature (0: greedy,
-      scored at 1); the trainer's log-probs use it row by row.
+      scored at 1); the trainer's log-probs use it row by row. [N, T] with
+      HAPO's entropy-adaptive sampler (``rollout.temperature_tau > 0``):
+      each token's own temperature, which it is scored at.
+    sampler_topk_ids, sampler_topk_logp: [N, T, K] int32 / float32, the
+      sampler's K most likely ids at each position and their tempered
+      log-probs (`logprobs.topk_logprobs`), recorded only with
+      ``rollout.record_topk = K > 0`` (DPPO's top-K forms read them);
+      None otherwise.
+    entropy_hat: [N, T] float32, HAPO's normalised entropy of each token
+      over the batch's loss tokens (`entropy_norm.normalised_entropy` of
+      the sampler's entropies), computed by the rollout for an objective
+      that reads it or for the adaptive sampler; None otherwise.
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
@@ -46,6 +57,9 @@ class Batch(NamedTuple):
   ref_logp: Optional[jnp.ndarray]
   sampler_logp: Optional[jnp.ndarray]
   temperature: jnp.ndarray
+  sampler_topk_ids: Optional[jnp.ndarray] = None
+  sampler_topk_logp: Optional[jnp.ndarray] = None
+  entropy_hat: Optional[jnp.ndarray] = None
 
 
 def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
@@ -96,7 +110,8 @@ def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
 
 def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
                     completion_start: int, *, temperature=1.0,
-                    chunk_size: int = 4096, group_size: int = 1):
+                    chunk_size: int = 4096, group_size: int = 1,
+                    topk_ids=None):
   """Log-probs and entropy of the completion tokens, teacher-forced.
 
   logp[i, t] = log_softmax(h[i, s-1] W / temperature)[tokens[i, s]] with
@@ -115,9 +130,12 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
     chunk_size: positions (of N*T) per chunk of `logprobs.token_logprobs`.
     group_size: rows in consecutive blocks of this size share their prompt
       columns, which then run once per block (`completion_hidden`).
+    topk_ids: None, or [N, T, K] ids (the sampler's top-K) whose log-probs
+      the chunked pass gathers too (`logprobs.token_logprobs`).
 
   Returns:
-    (logp [N, T], entropy [N, T]) float32.
+    (logp [N, T], entropy [N, T]) float32; with `topk_ids`, (logp,
+    entropy, topk_logp [N, T, K]).
   """
   if tokens.ndim != 2 or input_mask.shape != tokens.shape:
     raise ValueError(
@@ -132,8 +150,8 @@ def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
   out = logprobs_lib.token_logprobs(
       hidden, models.unembedding(params, config),
       tokens[:, completion_start:], temperature=temperature,
-      chunk_size=chunk_size)
-  return out[0], out[1]
+      chunk_size=chunk_size, topk_ids=topk_ids)
+  return tuple(out)
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -146,27 +164,39 @@ def _jitted_logprobs(params, tokens, input_mask, temperature, *, config,
 
 
 def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
-                     temperature, chunk_size, batch_size=0, group_size=1):
+                     temperature, chunk_size, batch_size=0, group_size=1,
+                     with_entropy=False):
   """`policy_logprobs` over rows in slices of `batch_size` (0: all), no grad;
   `temperature` is [N] per row (traced: new values never recompile); rows
   in blocks of `group_size` share their prompt (see `completion_hidden`).
 
-  Returns logp [N, T] float32.
+  Returns logp [N, T] float32, or (logp, entropy) with `with_entropy`.
   """
   rows = tokens.shape[0]
   size = batch_size or rows
   # Slices start at multiples of `size`, so blocks of gcd(size, G) rows lie
   # within one group.
   group_size = math.gcd(size, group_size)
-  temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32),
-                                 (rows,))
+  temperature = _row_or_token_temperatures(temperature, rows)
   pieces = [
       _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
                        temperature[i:i + size], config=config,
                        completion_start=completion_start,
-                       chunk_size=chunk_size, group_size=group_size)[0]
+                       chunk_size=chunk_size, group_size=group_size)
       for i in range(0, rows, size)]
-  return jnp.concatenate(pieces, axis=0)
+  logp = jnp.concatenate([piece[0] for piece in pieces], axis=0)
+  if not with_entropy:
+    return logp
+  return logp, jnp.concatenate([piece[1] for piece in pieces], axis=0)
+
+
+def _row_or_token_temperatures(temperature, rows: int):
+  """float32 [N] row temperatures (a float broadcast), or [N, T] per-token
+  ones (HAPO's adaptive sampler) as they are."""
+  temperature = jnp.asarray(temperature, jnp.float32)
+  if temperature.ndim == 2:
+    return temperature
+  return jnp.broadcast_to(temperature, (rows,))
 
 
 def sampler_mismatch(logp, sampler_logp, mask):
@@ -181,7 +211,9 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
                    completion_tokens, completion_mask, loss_mask, advantages,
                    *, model_config, temperature, chunk_size: int,
                    logprob_batch_size: int = 0, beta: float = 0.0,
-                   sampler_logp=None, on_policy: bool = False) -> Batch:
+                   sampler_logp=None, on_policy: bool = False,
+                   sampler_topk_ids=None, sampler_topk_logp=None,
+                   entropy_hat=None) -> Batch:
   """Concatenates prompts and completions and adds old (and ref) log-probs.
 
   On policy (see `Batch`) the old log-prob pass is skipped and ``old_logp``
@@ -196,10 +228,13 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
     loss_mask: [N, T] the tokens that enter the loss (a subset).
     advantages: [N].
     model_config, chunk_size, logprob_batch_size: see `batched_logprobs`.
-    temperature: the sampler's, a float or [N] per row.
+    temperature: the sampler's, a float, [N] per row or [N, T] per token.
     beta: KL coefficient; 0 skips the reference forward pass.
     sampler_logp: [N, T] the sampler's tempered log-probs, or None.
     on_policy: the batch feeds one optimiser step: no old log-prob pass.
+    sampler_topk_ids, sampler_topk_logp: [N, T, K] the sampler's top-K
+      ids and log-probs, or None (not recorded).
+    entropy_hat: [N, T] HAPO's normalised entropies, or None.
   """
   prompt_tokens = np.asarray(prompt_tokens)
   completion_tokens = np.asarray(completion_tokens)
@@ -215,7 +250,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
   input_mask = jnp.asarray(np.concatenate(
       [np.repeat(np.asarray(prompt_mask, np.float32), g, axis=0),
        np.asarray(completion_mask, np.float32)], axis=1))
-  temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (n,))
+  temperature = _row_or_token_temperatures(temperature, n)
   logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
                         batch_size=logprob_batch_size, group_size=g)
   old_logp = None
@@ -236,4 +271,10 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
       completion_mask=jnp.asarray(loss_mask, jnp.float32),
       advantages=jnp.asarray(advantages, jnp.float32),
       old_logp=old_logp, ref_logp=ref_logp, sampler_logp=sampler_logp,
-      temperature=temperature)
+      temperature=temperature,
+      sampler_topk_ids=None if sampler_topk_ids is None else jnp.asarray(
+          sampler_topk_ids, jnp.int32),
+      sampler_topk_logp=None if sampler_topk_logp is None else jnp.asarray(
+          sampler_topk_logp, jnp.float32),
+      entropy_hat=None if entropy_hat is None else jnp.asarray(
+          entropy_hat, jnp.float32))

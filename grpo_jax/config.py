@@ -74,6 +74,20 @@ def get_base_config() -> ml_collections.ConfigDict:
   # temperature groups; the trainer scores each row at its member's
   # temperature); () = rollout.temperature for every member.
   c.rollout.member_temperatures = ()
+  # K > 0: the sampler also records each position's K most likely ids and
+  # their tempered log-probs ([N, T, K]; DPPO's top-K forms read them).
+  # 0 = off (nothing recorded or compiled). At most the vocabulary size.
+  c.rollout.record_topk = 0
+  # HAPO's entropy-adaptive sampler (grpo_jax.entropy_norm): tau > 0 draws
+  # token t at T (1 + tau clip(h_hat_t, -1, 1)), h_hat its entropy
+  # normalised by the previous step's batch statistics, and the trainer
+  # scores each token at the temperature it was drawn at; 0 = off (the
+  # plain sampler). HAPO uses 0.05.
+  c.rollout.temperature_tau = 0.0
+  # h_hat's pivot: this quantile of the batch's log-entropies (HAPO: 0.8),
+  # and the public code's sign bug (every h_hat >= 0) when True.
+  c.rollout.entropy_pivot = 0.8
+  c.rollout.entropy_legacy_sign = False
 
   # The stages of a step (grpo_jax.rollout), each a registered component
   # named here with its options: `select` (strategies.SELECTIONS), `groups`
@@ -397,6 +411,41 @@ def _check_estimator_sizes(c, advantages) -> None:
             f"set --config.advantage.kwargs.capacity={problems} or more")
 
 
+def _check_tracker_stages(c, advantages) -> None:
+  """What SPO's prioritised draw and EDGE-GRPO's guided correction need
+  from the other stages, before any compute."""
+  if c.select.name == "prioritized":
+    state = advantages.make(c.advantage.name, **c.advantage.kwargs).init()
+    if not (hasattr(state, "alpha") and hasattr(state, "beta")):
+      _fail("select.name", "'prioritized' draws by the per-prompt Beta "
+            f"tracker, which advantage.name={c.advantage.name!r} does not "
+            "keep", "set --config.advantage.name=spo, or select.name=uniform")
+  if c.select.name == "prioritized" or c.groups.name == "guided_correction":
+    if c.data.task == "segments":
+      _fail("data.task", "'segments' cannot look a problem up by its index "
+            f"(select {c.select.name!r}, groups {c.groups.name!r})",
+            "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
+  if c.groups.name != "guided_correction":
+    return
+  if c.rewards.shapers:
+    _fail("rewards.shapers", "reference rows are scored by the verifiers "
+          "alone (groups.name='guided_correction')",
+          "remove the shapers, or use another group strategy")
+  if c.rollout.get("record_topk", 0):
+    _fail("rollout.record_topk", "a reference row has no sampler top-K "
+          "(groups.name='guided_correction')", "set rollout.record_topk=0")
+  if c.rollout.get("temperature_tau", 0.0):
+    _fail("rollout.temperature_tau", "a reference row has no sampling "
+          "temperatures (groups.name='guided_correction')",
+          "set rollout.temperature_tau=0")
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  stale = [f for f in reads if f == "answer_ids" or f.startswith("segment_")]
+  if stale:
+    _fail("groups.name", f"'guided_correction' replaces rows, but estimator "
+          f"{c.advantage.name!r} reads GroupData.{stale[0]}, which is not "
+          "rebuilt for them", "choose another estimator or group strategy")
+
+
 def _check_corrections(c, objective) -> None:
   """``corrections``: known names, each one's options (its own checks), and
   whether the objective's loss takes their weights."""
@@ -423,6 +472,27 @@ def _check_corrections(c, objective) -> None:
     _fail("corrections", str(e).rstrip("."),
           "drop it from --config.corrections or change "
           "--config.objective.name")
+
+
+def _check_credit(c, objective, advantages) -> None:
+  """A token credit rule against the estimator (a rule that reads the
+  rows' signs needs [N] advantages) and the objective (a sequence-level one
+  averages token advantages over each row, undoing the rule)."""
+  from grpo_jax import credit  # pylint: disable=g-import-not-at-top
+  name = c.credit.name
+  if name == "uniform":
+    return
+  output = advantages.ESTIMATORS.entry(c.advantage.name).meta["output"]
+  if credit.meta(name)["row_advantages"] and output == "token":
+    _fail("credit.name", f"credit rule {name!r} needs one advantage per row, "
+          f"but estimator {c.advantage.name!r} gives token advantages",
+          "pick a group-level estimator (e.g. advantage.name=grpo) or "
+          "credit.name=uniform")
+  if objective.level == "sequence":
+    _fail("credit.name", f"credit rule {name!r} gives each token its own "
+          f"advantage, but objective {c.objective.name!r} is sequence-level "
+          "and averages them over each row", "pick a token-level objective "
+          "(e.g. objective.name=ppo_clip) or credit.name=uniform")
 
 
 def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -487,6 +557,14 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("rollout.member_temperatures", f"{members!r} holds a value <= 0",
           "give temperatures > 0 (a greedy member would have no log-probs "
           "to train on)")
+  if isinstance(r.record_topk, bool) or not isinstance(r.record_topk, int):
+    _fail("rollout.record_topk", f"{r.record_topk!r} is not an integer",
+          "set K >= 0 (0: off)")
+  _positive(c, "rollout.record_topk", allow_zero=True)
+  _positive(c, "rollout.temperature_tau", allow_zero=True)
+  if not 0.0 < r.entropy_pivot < 1.0:  # NaN fails too
+    _fail("rollout.entropy_pivot", f"{r.entropy_pivot!r} is outside (0, 1)",
+          "set a quantile such as 0.8 (HAPO's)")
 
   known = rewards.names()
   for name in c.rewards.functions:
@@ -503,16 +581,14 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive(c, "rewards.workers", allow_zero=True)
   _positive(c, "rewards.timeout_s")
   _positive(c, "rewards.deadline_s")
-  for name, options in c.rewards.shapers.items():
-    field = f"rewards.shapers.{name}"
-    if "weight" not in options:
-      _fail(field, "has no weight", f"set --config.{field}.weight=1.0")
-    _check_component(field, rewards.make_shaper, name,
-                     {k: v for k, v in options.items() if k != "weight"})
-    if options.get("max_length", 0) > r.max_new_tokens:
-      _fail(f"{field}.max_length", f"{options['max_length']} exceeds "
-            f"rollout.max_new_tokens={r.max_new_tokens}",
-            "set max_length <= rollout.max_new_tokens")
+  # Each shaper's options, reads and table size (`rewards.check_shapers`).
+  rewards.check_shapers(
+      c.rewards.shapers, functions=tuple(c.rewards.functions),
+      weights=tuple(c.rewards.weights), max_new_tokens=r.max_new_tokens,
+      num_problems=data.ArithmeticTask(
+          digits=c.data.digits, ops=tuple(c.data.ops),
+          operands=c.data.operands).num_problems
+      if c.data.task == "arithmetic" and c.rewards.shapers else None)
 
   for stage, known in (("select", strategies.SELECTIONS),
                        ("groups", strategies.GROUP_STRATEGIES),
@@ -524,6 +600,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_component("select.kwargs", strategies.make_selection, c.select.name,
                    dict(c.select.kwargs,
                         rounds_per_step=groups.rounds_per_step))
+  # Option names and values, as config.credit.kwargs.<option>.
+  credit.check_options(c.credit.name, dict(c.credit.kwargs),
+                       field="config.credit.kwargs")
   _check_component("credit.kwargs", credit.make, c.credit.name,
                    c.credit.kwargs)
   _check_component("rows.kwargs", strategies.make_row_strategy, c.rows.name,
@@ -563,6 +642,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   except ValueError as e:
     raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
   _check_estimator_sizes(c, advantages)
+  _check_tracker_stages(c, advantages)
 
   _check_choice("objective.name", c.objective.name, objectives.names())
   # The objective checks its own options (names, then values).
@@ -575,6 +655,21 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           f"e.g. --config.objective.kwargs.horizon={r.max_new_tokens} for "
           "a constant normaliser")
   _check_corrections(c, objective)
+  _check_credit(c, objective, advantages)
+  if "sampler_topk_logp" in objective.reads and not r.record_topk:
+    _fail("rollout.record_topk", f"is 0, but objective {c.objective.name!r} "
+          "reads the sampler's top-K log-probs (sampler_topk_ids, "
+          "sampler_topk_logp), which the run then does not record",
+          "set --config.rollout.record_topk=K > 0 (e.g. 20), or use a "
+          "binary form (objective.name=dppo)")
+  requires = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
+      "requires", ())
+  if "token_temperatures" in requires and not r.temperature_tau > 0:
+    _fail("rollout.temperature_tau", f"is {r.temperature_tau!r}, but "
+          f"objective {c.objective.name!r} needs the sampler's per-token "
+          "temperatures (HAPO samples each token at an entropy-adaptive "
+          "temperature), which the run then does not record",
+          "set --config.rollout.temperature_tau=0.05 (HAPO's)")
   _positive(c, "entropy.coef", allow_zero=True)
   _positive(c, "llds.coef", allow_zero=True)
   _check_choice("llds.gate", c.llds.gate, regularisers.LLDS_GATES)

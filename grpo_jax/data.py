@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from typing import (List, NamedTuple, Optional, Protocol, Sequence, Tuple,
                     Union)
 
@@ -57,10 +58,13 @@ TASKS = registry.Registry("task")
 class Example(NamedTuple):
   """One question and its reference answer (the text the reward checks), and
   its stable index in the task (0 .. num_problems - 1; -1 when the task gives
-  none), which per-prompt trackers key on."""
+  none), which per-prompt trackers key on; `solution` is a worked reference
+  solution ending in ``\\boxed{answer}`` where the source has one (GSM8K
+  with ``solutions=True``), else "" (`references.solution_text`)."""
   question: str
   answer: str
   index: int = -1
+  solution: str = ""
 
 
 class Dataset(Protocol):
@@ -214,6 +218,12 @@ class ArithmeticTask:
           f"index={index!r} is outside [0, {self.num_problems}) (the "
           "problems of this task).")
     return self._example(*self._problem(index))
+
+  def solution(self, example: Example) -> str:
+    """A one-line worked solution of `example` ("3 + 5 = \\boxed{8}"),
+    the reference EDGE-GRPO's error correction injects."""
+    expression = _expression(*self._problem(example.index))
+    return f"{expression} = \\boxed{{{example.answer}}}"
 
   def _problem(self, index: int) -> Tuple[Tuple[int, ...], Tuple[str, ...]]:
     """(numbers, ops) of `index` in [0, num_problems)."""
@@ -456,8 +466,17 @@ def _text(value) -> str:
   return str(value)
 
 
+def gsm8k_solution(text: str, answer: str) -> str:
+  """GSM8K's worked solution as a completion: the calculator annotations
+  (``<<48/2=24>>``) dropped and the closing ``#### 72`` written as
+  ``The answer is \\boxed{72}.``"""
+  work = re.sub(r"<<[^>]*>>", "", text.split("####")[0]).strip()
+  return f"{work}\nThe answer is \\boxed{{{answer}}}.".lstrip()
+
+
 def gsm8k(split: str, *, data_dir: Optional[str] = None,
-          instruction: Optional[str] = None) -> List[Example]:
+          instruction: Optional[str] = None,
+          solutions: bool = False) -> List[Example]:
   """GSM8K (arXiv 2110.14168) through ``tfds.data_source`` (no TensorFlow).
 
   The answer is the final number, the text after "#### " in the solution
@@ -468,6 +487,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
     data_dir: tfds data directory holding the prepared dataset.
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.
+    solutions: keep each worked solution as ``Example.solution``
+      (`gsm8k_solution`).
 
   Returns:
     The split's examples in stored order.
@@ -486,7 +507,10 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
     else:
       answer = _text(record["answer"]).split("####")[-1]
     question = _with_instruction(_text(record["question"]).strip(), instruction)
-    examples.append(Example(question, answer.strip().replace(",", "")))
+    answer = answer.strip().replace(",", "")
+    solution = (gsm8k_solution(_text(record["answer"]), answer) if solutions
+                else "")
+    examples.append(Example(question, answer, solution=solution))
   return examples
 
 
@@ -591,7 +615,8 @@ def segments_task(*, seed: int = 0, digits: int = 1,
 @TASKS.register("gsm8k")
 def gsm8k_task(*, seed: int = 0) -> ListDataset:
   """GSM8K's train split for training, its test split held out (tfds)."""
-  return ListDataset(gsm8k("train"), gsm8k("test"), seed=seed)
+  return ListDataset(gsm8k("train", solutions=True), gsm8k("test"),
+                     seed=seed)
 
 
 @TASKS.register("jsonl")

@@ -56,6 +56,12 @@ class GroupData(NamedTuple):
       completion of each prompt decoded greedily (temperature 0), scored but
       never trained on: ReMax's baseline. The rollout samples it only for an
       estimator that reads it.
+    divergence: [P] float32, how far the policy moved on each prompt since
+      its previous visit: the masked token mean of
+      |logp_then(y_prev) - logp_now(y_prev)| over the response y_prev stored
+      at that visit (`revisits`), 0 at a first visit (SPO's KL-adaptive
+      forgetting). The rollout computes it only for an estimator that reads
+      it.
 
   The rollout fills every field (`greedy_rewards` and the segment fields
   only for an estimator that reads them); the optional fields are None in
@@ -74,6 +80,7 @@ class GroupData(NamedTuple):
   segment_valid: Optional[jnp.ndarray] = None
   segment_ids: Optional[jnp.ndarray] = None
   greedy_rewards: Optional[jnp.ndarray] = None
+  divergence: Optional[jnp.ndarray] = None
 
 
 def _as_pgk(rewards) -> jnp.ndarray:

@@ -53,6 +53,14 @@ class TokenLogprobs(NamedTuple):
   entropy: jnp.ndarray
 
 
+class TopKLogprobs(NamedTuple):
+  """`token_logprobs` with ``topk_ids``: logp, entropy [N, T] and the
+  log-probs of the given ids, topk_logp [N, T, K], all float32."""
+  logp: jnp.ndarray
+  entropy: jnp.ndarray
+  topk_logp: jnp.ndarray
+
+
 def project_logits(hidden, unembedding):
   """Logits ``hidden @ unembedding`` accumulated in float32.
 
@@ -114,6 +122,23 @@ def tempered_log_softmax(logits, temperature=1.0):
   return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
 
 
+def topk_logprobs(logits, temperature, k: int):
+  """The K most likely ids of each row's full tempered distribution and
+  their log-probs: ([N, K] int32, [N, K] float32) from [N, V] logits; the
+  sampler records them at each step (``sample(..., record_topk=K)``).
+
+  The distribution is the one ``tempered_logprobs`` scores
+  (``log_softmax(z / tau)``, greedy rows at tau = 1, before any top-k /
+  top-p truncation), rounded as `token_logprobs` rounds:
+  ``(z_k - max) - log sum exp(z - max)``.
+  """
+  scaled = logits / scoring_temperature(temperature)[:, None]
+  shifted = scaled - scaled.max(axis=-1, keepdims=True)
+  log_total = jnp.log(jnp.exp(shifted).sum(axis=-1))
+  values, ids = jax.lax.top_k(shifted, k)
+  return ids.astype(jnp.int32), values - log_total[:, None]
+
+
 def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
   """Positions per chunk so that one chunk of float32 logits fits the budget.
 
@@ -137,7 +162,7 @@ def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
 
 
 def token_logprobs(hidden, unembedding, targets, *, temperature=1.0,
-                   chunk_size: Optional[int] = None) -> TokenLogprobs:
+                   chunk_size: Optional[int] = None, topk_ids=None):
   """Log-probs of `targets` and entropies under ``softmax(h @ W / tau_n)``.
 
       z_{nt}    = hidden[n, t] @ unembedding / tau_n
@@ -168,19 +193,30 @@ def token_logprobs(hidden, unembedding, targets, *, temperature=1.0,
       array for every row, or [N] per row (may be traced under jit; values
       are checked when concrete). Row n is scored at ``tau_n =
       scoring_temperature(temperature)[n]``: a greedy row (0) at 1, as the
-      sampler records it. No gradient flows to it.
+      sampler records it. Or [N, T] per token (HAPO's entropy-adaptive
+      sampler records the temperature each token was drawn at): token
+      (n, t) is scored at its own. No gradient flows to it.
     chunk_size: positions (of the N*T) per chunk, rounded down to whole
       columns of N and at least one column; None picks
       `default_chunk_size(V)` for the current backend.
+    topk_ids: None, or [N, T, K] integer ids (the sampler's top-K,
+      DPPO's top-K forms): their log-probs ``z_k - logsumexp(z)`` are
+      gathered from each chunk's logits (K columns, never [N, T, V]), with
+      the exact gradient ``onehot(id_k) - p``; ids outside [0, V) give NaN.
 
   Returns:
-    TokenLogprobs(logp [N, T] float32, entropy [N, T] float32).
+    TokenLogprobs(logp [N, T] float32, entropy [N, T] float32); with
+    `topk_ids`, TopKLogprobs(logp, entropy, topk_logp [N, T, K] float32).
   """
   _check_inputs(hidden, unembedding, targets)
   n, t, _ = hidden.shape
-  # One code path: every temperature becomes [N] rows here. A per-token
-  # temperature would be [N, T], sliced per chunk like `targets`.
-  temperature = jnp.broadcast_to(_row_temperatures(temperature, n), (n,))
+  # One code path: every temperature becomes [N] rows here, or stays [N, T]
+  # per token (HAPO's adaptive sampler), sliced per chunk like `targets`.
+  if np.ndim(temperature) == 2:
+    check_temperature(temperature, n, num_columns=t)
+    temperature = scoring_temperature(temperature)
+  else:
+    temperature = jnp.broadcast_to(_row_temperatures(temperature, n), (n,))
   vocab_size = unembedding.shape[1]
   if chunk_size is None:
     chunk_size = default_chunk_size(vocab_size)
@@ -189,13 +225,22 @@ def token_logprobs(hidden, unembedding, targets, *, temperature=1.0,
     raise ValueError(
         f"chunk_size must be a positive int (positions per chunk) or None; "
         f"got {chunk_size!r}.")
+  if topk_ids is not None:
+    _check_topk_ids(topk_ids, (n, t))
   if n * t == 0:
     empty = jnp.zeros((n, t), jnp.float32)
+    if topk_ids is not None:
+      return TopKLogprobs(empty, empty,
+                          jnp.zeros(topk_ids.shape, jnp.float32))
     return TokenLogprobs(empty, empty)
   # Chunks are all N rows by some columns: on a mesh the rows stay split, so
   # each device works on its own rows in every chunk.
   columns = max(1, min(int(chunk_size) // n, t))
   with jax.named_scope("logits"):  # profiles file the head under it
+    if topk_ids is not None:
+      return TopKLogprobs(*_logprobs_topk(
+          hidden, unembedding, targets.astype(jnp.int32), temperature,
+          topk_ids.astype(jnp.int32), columns))
     logp, entropy = _logprobs(hidden, unembedding,
                               targets.astype(jnp.int32), temperature, columns)
   return TokenLogprobs(logp, entropy)
@@ -232,23 +277,39 @@ def _check_inputs(hidden, unembedding, targets) -> None:
         f"axes); got shape {targets.shape}.")
 
 
-def check_temperature(temperature, num_rows: Optional[int]) -> None:
-  """ValueError naming `temperature` unless it is a float or [N], all >= 0.
+def _check_topk_ids(topk_ids, shape) -> None:
+  if (getattr(topk_ids, "ndim", None) != 3 or topk_ids.shape[:2] != shape
+      or not jnp.issubdtype(topk_ids.dtype, jnp.integer)):
+    raise ValueError(
+        f"topk_ids must be integer ids [N, T, K] with [N, T] = {shape}; got "
+        f"{getattr(topk_ids, 'dtype', type(topk_ids))} of shape "
+        f"{getattr(topk_ids, 'shape', None)}.")
+
+
+def check_temperature(temperature, num_rows: Optional[int],
+                      num_columns: Optional[int] = None) -> None:
+  """ValueError naming `temperature` unless it is a float or [N] (or [N, T]
+  where `num_columns` T is given), all >= 0.
 
   The sampler and `token_logprobs` share this check. Values are checked where
   they are known: a Python float is, even under jit; a traced array is not.
 
   Args:
     temperature: a float, a [] array, or [N] (one per row); 0 marks a greedy
-      row.
+      row. [N, T] (one per token) where `num_columns` is given.
     num_rows: N.
+    num_columns: T, for callers that take per-token temperatures.
   """
   shape = np.shape(temperature)
-  if len(shape) > 1 or (len(shape) == 1 and shape[0] != num_rows):
+  if num_columns is not None and len(shape) == 2:
+    if shape != (num_rows, num_columns):
+      raise ValueError(
+          f"a per-token temperature must be [N, T] = [{num_rows}, "
+          f"{num_columns}] (one per token); got shape {shape}.")
+  elif len(shape) > 1 or (len(shape) == 1 and shape[0] != num_rows):
     raise ValueError(
         f"temperature must be a scalar or [N] = [{num_rows}] (one per row); "
-        f"got shape {shape}. (A per-token [N, T] temperature is not "
-        "supported yet.)")
+        f"got shape {shape}.")
   # Read the input itself: jnp.asarray would stage a Python float out as a
   # tracer under jit.
   if not isinstance(temperature, jax.core.Tracer):
@@ -268,12 +329,23 @@ def _row_temperatures(temperature, num_rows: Optional[int]):
   return scoring_temperature(temperature)
 
 
+def _chunk_temperature(temperature, start, chunk: int):
+  """[N] row temperatures as they are; of [N, T] per-token ones, the
+  chunk's columns [N, C]."""
+  if temperature.ndim == 1:
+    return temperature
+  return _columns(temperature, start, chunk)
+
+
 def _temper(logits, temperature):
-  """[N, C, V] logits / [N] row temperatures.
+  """[N, C, V] logits / [N] row temperatures (or a chunk's [N, C] per-token
+  ones).
 
   The sampler writes the same ``z / tau[:, None]``, so both round alike (XLA
   turns either into ``z * (1 / tau)``); ``z / 1`` is exact.
   """
+  if temperature.ndim == 2:
+    return logits / temperature[..., None]
   return logits / temperature[:, None, None]
 
 
@@ -292,8 +364,9 @@ def _columns(x, start, chunk: int):
   return lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
 
 
-def _chunk_forward(hidden, unembedding, targets, temperature):
-  """(logp, logsumexp, entropy), each [N, C], for one chunk of columns."""
+def _chunk_forward(hidden, unembedding, targets, temperature, topk_ids=None):
+  """(logp, logsumexp, entropy), each [N, C], for one chunk of columns; with
+  `topk_ids` [N, C, K] also the [N, C, K] log-probs of those ids."""
   z = _temper(project_logits(hidden, unembedding), temperature)
   z_max = lax.stop_gradient(z.max(axis=-1, keepdims=True))
   shifted = z - z_max
@@ -308,22 +381,37 @@ def _chunk_forward(hidden, unembedding, targets, temperature):
   valid = (targets >= 0) & (targets < z.shape[-1])
   logp = jnp.where(valid, (z_target - z_max[..., 0]) - log_total, jnp.nan)
   entropy = log_total - (exp_shifted * shifted).sum(axis=-1) / total
-  return logp, z_max[..., 0] + log_total, entropy
+  out = (logp, z_max[..., 0] + log_total, entropy)
+  if topk_ids is None:
+    return out
+  # `topk_logprobs`'s rounding (the sampler's): (z_k - max) - log sum.
+  z_k = jnp.take_along_axis(z, topk_ids, axis=-1, mode="clip")
+  in_range = (topk_ids >= 0) & (topk_ids < z.shape[-1])
+  return out + (jnp.where(in_range, (z_k - z_max) - log_total[..., None],
+                          jnp.nan),)
 
 
-def _forward_columns(temperature, chunk, hidden, unembedding, targets):
-  """temperature: [N] row temperatures; chunk: static columns per chunk."""
+def _forward_columns(temperature, chunk, hidden, unembedding, targets,
+                     topk_ids=None):
+  """temperature: [N] row temperatures; chunk: static columns per chunk;
+  topk_ids: None, or [N, T, K] ids whose log-probs come fourth."""
   n, t = targets.shape
 
   def body(i, buffers):
     start = _chunk_start(i, chunk, t)
+    ids = None if topk_ids is None else _columns(topk_ids, start, chunk)
     results = _chunk_forward(_columns(hidden, start, chunk), unembedding,
-                             _columns(targets, start, chunk), temperature)
+                             _columns(targets, start, chunk),
+                             _chunk_temperature(temperature, start, chunk),
+                             ids)
     return tuple(lax.dynamic_update_slice_in_dim(buffer, result, start, 1)
                  for buffer, result in zip(buffers, results))
 
   zeros = jnp.zeros((n, t), jnp.float32)
-  return lax.fori_loop(0, _num_chunks(chunk, t), body, (zeros,) * 3)
+  buffers = (zeros,) * 3
+  if topk_ids is not None:
+    buffers += (jnp.zeros(topk_ids.shape, jnp.float32),)
+  return lax.fori_loop(0, _num_chunks(chunk, t), body, buffers)
 
 
 def _logprobs_fwd(hidden, unembedding, targets, temperature, chunk):
@@ -333,7 +421,8 @@ def _logprobs_fwd(hidden, unembedding, targets, temperature, chunk):
                            entropy)
 
 
-def _logprobs_bwd(chunk, residuals, cotangents):
+def _logprobs_bwd(chunk, residuals, cotangents, topk=None):
+  """topk: None, or (ids [N, T, K], their log-probs' cotangent [N, T, K])."""
   hidden, unembedding, targets, temperature, lse, entropy = residuals
   g_logp, g_entropy = cotangents
   n, t, _ = hidden.shape
@@ -350,7 +439,8 @@ def _logprobs_bwd(chunk, residuals, cotangents):
     fresh = (start + jnp.arange(chunk) >= i * chunk)[None, :]  # [1, C]
     g_lp = jnp.where(fresh, take(g_logp), 0.0)[..., None]
     g_h = jnp.where(fresh, take(g_entropy), 0.0)[..., None]
-    z = _temper(project_logits(h, unembedding), temperature)
+    tau = _chunk_temperature(temperature, start, chunk)
+    z = _temper(project_logits(h, unembedding), tau)
     log_p = z - take(lse)[..., None]
     p = jnp.exp(log_p)
     is_target = (lax.broadcasted_iota(jnp.int32, (n, chunk, vocab), 2)
@@ -358,7 +448,15 @@ def _logprobs_bwd(chunk, residuals, cotangents):
     # d logp / dz = onehot - p;  d H / dz = -p (log p + H).
     d_z = (jnp.where(is_target, g_lp, 0.0)
            - p * (g_lp + g_h * (log_p + take(entropy)[..., None])))
-    d_logits = _temper(d_z, temperature).astype(compute_dtype)
+    if topk is not None:
+      # d logp_k / dz = onehot(id_k) - p, summed over the K ids.
+      ids, g_topk = take(topk[0]), jnp.where(fresh[..., None],
+                                             take(topk[1]), 0.0)
+      d_z = d_z - p * g_topk.sum(axis=-1, keepdims=True)
+      d_z = d_z.at[jnp.arange(n)[:, None, None],
+                   jnp.arange(chunk)[None, :, None], ids].add(
+                       g_topk, mode="drop")
+    d_logits = _temper(d_z, tau).astype(compute_dtype)
     d_h = lax.dot_general(d_logits, unembedding, (((2,), (1,)), ((), ())),
                           preferred_element_type=jnp.float32)
     d_h = jnp.where(fresh[..., None], d_h.astype(hidden.dtype), take(d_hidden))
@@ -387,3 +485,31 @@ def _logprobs_impl(hidden, unembedding, targets, temperature, chunk):
 # width is static.
 _logprobs = jax.custom_vjp(_logprobs_impl, nondiff_argnums=(4,))
 _logprobs.defvjp(_logprobs_fwd, _logprobs_bwd)
+
+
+def _topk_impl(hidden, unembedding, targets, temperature, topk_ids, chunk):
+  logp, _, entropy, topk = _forward_columns(
+      temperature, chunk, hidden, unembedding, targets, topk_ids)
+  return logp, entropy, topk
+
+
+def _topk_fwd(hidden, unembedding, targets, temperature, topk_ids, chunk):
+  logp, lse, entropy, topk = _forward_columns(
+      temperature, chunk, hidden, unembedding, targets, topk_ids)
+  return (logp, entropy, topk), (hidden, unembedding, targets, temperature,
+                                 lse, entropy, topk_ids)
+
+
+def _topk_bwd(chunk, residuals, cotangents):
+  *residuals, topk_ids = residuals
+  g_logp, g_entropy, g_topk = cotangents
+  grads = _logprobs_bwd(chunk, tuple(residuals), (g_logp, g_entropy),
+                        topk=(topk_ids, g_topk))
+  return grads + (None,)
+
+
+# `_logprobs` with the log-probs of K given ids per position as a third
+# output (`token_logprobs(..., topk_ids=)`); a separate function, so that
+# the plain pass compiles exactly as before.
+_logprobs_topk = jax.custom_vjp(_topk_impl, nondiff_argnums=(5,))
+_logprobs_topk.defvjp(_topk_fwd, _topk_bwd)

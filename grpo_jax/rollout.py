@@ -7,7 +7,8 @@ and called here in order; what a stage computes lives in its own package:
   sample    tokens, mask, sampler logp [N, T]    sampling.sample
   score     rewards [P, G, K] of the verifiers   rewards.verifiers
             in worker processes, with timeouts   (rewards.workers)
-  shape     more reward columns                  rewards.shapers
+  shape     more reward columns; per-prompt      rewards.shapers,
+            state updated once a step            rewards.shaping
   groups    keep, drop or refill groups; may     strategies.groups
             sample again
   estimate  advantages [P, G] (or [N, T])        advantages
@@ -40,6 +41,7 @@ on one global mesh, and every process builds the same step:
 """
 
 import functools
+import inspect
 import time
 from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence,
                     Tuple)
@@ -52,16 +54,21 @@ from grpo_jax import advantages as advantages_lib
 from grpo_jax import batch as batch_lib
 from grpo_jax import credit as credit_lib
 from grpo_jax import data
+from grpo_jax import entropy_norm
 from grpo_jax import groups as groups_lib
 from grpo_jax import models
+from grpo_jax import references as references_lib
+from grpo_jax import revisits as revisits_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import strategies
+from grpo_jax.rewards import shaping as shaping_lib
 from grpo_jax.rewards import verifiers as verifiers_lib
 
 # The stage components whose state the rollout carries, by state name.
-STAGES = ("select", "groups", "advantage", "credit", "rows")
+STAGES = ("select", "shape", "groups", "advantage", "credit", "rows",
+          "revisits", "temperature")
 
 
 class Round(NamedTuple):
@@ -85,10 +92,27 @@ class Round(NamedTuple):
   segment_rewards: Optional[np.ndarray] = None
   segment_valid: Optional[np.ndarray] = None
   segment_ids: Optional[np.ndarray] = None
+  # The sampler's top-K ids and log-probs [P, G, T, K], when it records
+  # them (`Sampler.record_topk`; DPPO's top-K forms).
+  sampler_topk_ids: Optional[np.ndarray] = None
+  sampler_topk_logp: Optional[np.ndarray] = None
+  # [P, G, T] float32, the sampler's entropy at each token (0 under
+  # padding): what a credit rule reads as `token_entropies`.
+  token_entropies: Optional[np.ndarray] = None
+  # [P, G] bool, rows a group strategy replaced by a reference solution
+  # (EDGE-GRPO's guided correction), and the round as it was sampled
+  # before (the plain sample the measurements describe).
+  injected: Optional[np.ndarray] = None
+  sampled: Optional[Any] = None
+  # [P, G, T] float32, each token's sampling temperature, with HAPO's
+  # entropy-adaptive sampler (`entropy_norm`; 0 under padding).
+  token_temperatures: Optional[np.ndarray] = None
 
 
 # The GroupData fields `_segments` fills, for an estimator that reads them.
 SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
+# The Round (and Batch) fields of the sampler's top-K, when recorded.
+TOPK_FIELDS = ("sampler_topk_ids", "sampler_topk_logp")
 
 
 class Sampler(NamedTuple):
@@ -104,6 +128,8 @@ class Sampler(NamedTuple):
   pad_id: int
   # Each member's own temperature [G] (MDP-GRPO); () = `temperature` for all.
   member_temperatures: Tuple[float, ...] = ()
+  # K > 0: the sampler records each position's top-K ids and log-probs.
+  record_topk: int = 0
 
 
 class Pipeline(NamedTuple):
@@ -116,10 +142,12 @@ class Pipeline(NamedTuple):
     task: ``train(index, batch_size)`` and ``heldout(n)`` (`data.make_task`).
     format_prompt: ``(tokenizer, question, *, system_prompt) -> str``.
     verifiers: name -> (``fn(prompts, completions, answers)``, weight).
-    shapers: name -> (``fn(lengths [N]) -> [N]``, weight).
+    shapers: name -> (`rewards.Shaper` or ``fn(lengths [N]) -> [N]``,
+      weight); the ``shape`` component holds their states.
     components: the stage records by state name (`STAGES`).
     assemble: ``assemble(params, ref_params, prompt_tokens, prompt_mask,
-      tokens, sample_mask, loss_mask, advantages, sampler_logp) -> Batch``.
+      tokens, sample_mask, loss_mask, advantages, sampler_logp,
+      **topk) -> Batch`` (topk: the sampler's `TOPK_FIELDS` when recorded).
     scoring: where and how long the verifiers run (`rewards.ScoreOptions`;
       the default scores in this process, with no timeout).
   """
@@ -134,6 +162,10 @@ class Pipeline(NamedTuple):
   components: Mapping[str, Any]
   assemble: Callable
   scoring: rewards_lib.ScoreOptions = rewards_lib.ScoreOptions()
+  # ``logprobs(params, tokens, input_mask, completion_start, temperature)
+  # -> (logp, entropy)`` numpy, the trainer's (SPO's revisits, EDGE's
+  # reference rows).
+  logprobs: Optional[Callable] = None
 
   @property
   def columns(self) -> Tuple[str, ...]:
@@ -186,10 +218,16 @@ def _score(pipeline: Pipeline, examples, out, g: int):
           sharding.gather_process_blocks(errors).sum(axis=0))
 
 
-def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
-  """The sample, score and shape stages for one round of P prompts."""
+def sample_round(params, examples, key, *, pipeline: Pipeline,
+                 step: int = 0, shape_states=None,
+                 temperature_rule=None) -> Round:
+  """The sample, score and shape stages for one round of P prompts; the
+  shapers read `step` and their states (`shape_states`, name -> state);
+  `temperature_rule`: HAPO's per-token sampler rule, or None."""
   s = pipeline.sampler
   p, g, t = len(examples), s.num_generations, s.max_new_tokens
+  # What a shaper needs the prompt to say (LCPO's target length).
+  examples = shaping_lib.with_instructions(examples, pipeline.shapers)
   prompt_ids = encode_prompts(pipeline.tokenizer, examples,
                               format_prompt=pipeline.format_prompt,
                               system_prompt=s.system_prompt)
@@ -204,7 +242,8 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
       params, pipeline.model_config, prompt_tokens, prompt_mask, key,
       num_samples=w, max_new_tokens=t, temperature=np.tile(members, p),
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
-      eos_ids=s.eos_ids, pad_id=s.pad_id))
+      eos_ids=s.eos_ids, pad_id=s.pad_id, record_topk=s.record_topk,
+      temperature_rule=temperature_rule))
   verified, errors = _score(pipeline, examples, out, w)
   answer_ids = None
   if "answer_ids" in pipeline.components["advantage"].reads:
@@ -214,12 +253,24 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
   segments = {}
   if "segment_rewards" in pipeline.components["advantage"].reads:
     segments = _segments(pipeline, examples, out, w)
-  shaped = [np.asarray(fn(np.asarray(out.lengths)), np.float32)[:, None]
-            for fn, _ in pipeline.shapers.values()]
+  shaped, shape_errors = shaping_lib.shape_columns(
+      pipeline.shapers, shape_states or {}, shaping_lib.RoundData(
+          lengths=np.asarray(out.lengths),
+          verified=np.asarray(verified, np.float32),
+          verifier_names=tuple(pipeline.verifiers),
+          verifier_weights=pipeline.weights[:len(pipeline.verifiers)],
+          group_size=w, step=step,  # G + 1 with ReMax's greedy row
+          prompt_index=np.repeat([e.index for e in examples], w),
+          sampler_logp=out.tempered_logprobs, mask=out.mask))
+  errors = np.concatenate([np.asarray(errors), shape_errors])
   every_row = lambda x: np.asarray(x).reshape((p, w) + np.shape(x)[1:])
   grouped = lambda x: every_row(x)[:, :g]
   rewards = every_row(np.concatenate(
-      [np.asarray(verified, np.float32)] + shaped, axis=-1))
+      [np.asarray(verified, np.float32), shaped], axis=-1))
+  topk = {}
+  if s.record_topk:
+    topk = dict(sampler_topk_ids=grouped(out.topk_ids),
+                sampler_topk_logp=grouped(out.topk_logprobs))
   return Round(
       prompt_ids=prompt_ids, tokens=grouped(out.tokens),
       mask=grouped(np.asarray(out.mask, np.float32)),
@@ -227,9 +278,12 @@ def sample_round(params, examples, key, *, pipeline: Pipeline) -> Round:
       sampler_logp=grouped(out.tempered_logprobs),
       rewards=rewards[:, :g], columns=pipeline.columns, errors=errors,
       entropies=grouped(_row_mean(out.entropies, out.mask)),
+      token_entropies=grouped(np.asarray(out.entropies, np.float32)),
       prompt_index=np.asarray([e.index for e in examples], np.int32),
       answer_ids=answer_ids,
-      greedy_rewards=rewards[:, g] if greedy_row else None, **segments)
+      greedy_rewards=rewards[:, g] if greedy_row else None, **segments,
+      **topk, token_temperatures=None if out.temperatures is None
+      else grouped(np.asarray(out.temperatures, np.float32)))
 
 
 def member_temperatures(sampler: Sampler, *, greedy_row: bool = False
@@ -289,10 +343,85 @@ def _segments(pipeline: Pipeline, examples, out, w: int) -> dict:
           "segment_ids": grouped(ids, np.int32)}
 
 
+def _shape_data(rnd: Round, pipeline: Pipeline, step: int
+                ) -> shaping_lib.RoundData:
+  """A round's rows as the shapers' state updates read them (the greedy
+  row, never trained on, left out)."""
+  k, (p, g) = len(pipeline.verifiers), rnd.lengths.shape
+  return shaping_lib.RoundData(
+      lengths=rnd.lengths.reshape(-1),
+      verified=rnd.rewards[..., :k].reshape(p * g, k),
+      verifier_names=tuple(pipeline.verifiers),
+      verifier_weights=pipeline.weights[:k], group_size=g, step=step,
+      prompt_index=np.repeat(rnd.prompt_index, g))
+
+
+def _credit_reads(names, gather, rows, pipeline: Pipeline) -> dict:
+  """The arrays a credit rule reads (`credit.READS`) by name, [N, ...]:
+  ``rewards`` is each row's weighted total, ``num_generations`` G, and the
+  others the Round fields of that name."""
+  derived = {
+      "num_generations": lambda: pipeline.sampler.num_generations,
+      "rewards": lambda: rows((gather("rewards") * pipeline.weights).sum(-1)
+                              .astype(np.float32)),
+  }
+  return {name: derived[name]() if name in derived else rows(gather(name))
+          for name in names}
+
+
 def _gather(selected: strategies.Selected, field: str) -> np.ndarray:
   """[P, ...] of `field` over the picked (round, group) pairs."""
   return np.stack([getattr(selected.rounds[r], field)[i]
                    for r, i in selected.picks])
+
+
+def _reference_fn(params, pipeline: Pipeline) -> Callable:
+  """``reference(round) -> strategies.groups.References``: the reference
+  solutions of a round's prompts as rows of the replaced (last) member,
+  scored by the verifiers, their log-probs the trainer's under `params`."""
+  s = pipeline.sampler
+  temperature = float(member_temperatures(s)[-1])
+
+  def score(examples, tokens, lengths):
+    return _score(pipeline, examples, _Rows(tokens, lengths), 1)
+
+  def reference(rnd):
+    return references_lib.reference_rows(
+        rnd, [pipeline.task.example(int(i)) for i in rnd.prompt_index],
+        tokenizer=pipeline.tokenizer, task=pipeline.task,
+        num_tokens=s.max_new_tokens, eos_id=s.eos_ids[0], pad_id=s.pad_id,
+        prompt_buckets=s.prompt_buckets, score=score,
+        logprobs=lambda *rows: pipeline.logprobs(params, *rows, temperature),
+        num_columns=len(pipeline.columns))
+  return reference
+
+
+class _Rows(NamedTuple):  # what `_score` reads of a sampler's output
+  tokens: np.ndarray
+  lengths: np.ndarray
+
+
+def _revisit(params, pipeline: Pipeline, memory, selected, gather):
+  """(divergence [P], the new `revisits.Revisits`, measurements): each
+  prompt's stored response rescored under `params` against its stored
+  log-probs, then member 0's response stored (`revisits.revisit`)."""
+  s = pipeline.sampler
+  temperature = float(member_temperatures(s)[0])
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
+      buckets=s.prompt_buckets, pad_id=s.pad_id)
+  prompt_index = gather("prompt_index")
+  seen = np.asarray(revisits_lib.lookup(memory, prompt_index).mask).any(-1)
+  divergence, memory = revisits_lib.revisit(
+      memory, prompt_index, selected.valid, prompt_tokens, prompt_mask,
+      gather("tokens")[:, 0], gather("mask")[:, 0],
+      score=lambda *rows: pipeline.logprobs(params, *rows, temperature)[0])
+  valid = np.asarray(selected.valid)
+  count = max(valid.sum(), 1)
+  return divergence, memory, {
+      "revisits/divergence_mean": float(
+          (np.asarray(divergence) * valid).sum() / count),
+      "revisits/revisited_share": float((seen & valid).sum() / count)}
 
 
 # -------------------------------------------------------------- a step
@@ -318,14 +447,34 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   t0 = time.perf_counter()
 
   def draw(r):  # select, sample, score and shape round r
-    examples = c["select"].select(pipeline.task, step, r, p)
+    examples = c["select"].select(
+        pipeline.task, step, r, p,
+        **{name: states[name] for name in c["select"].reads})
     return sample_round(params, examples, jax.random.fold_in(key, r),
-                        pipeline=pipeline)
+                        pipeline=pipeline, step=step,
+                        shape_states=states.get("shape"),
+                        temperature_rule=rule)
 
-  selected, states["groups"] = c["groups"].apply(states["groups"], draw, p)
+  # HAPO's entropy-adaptive sampler: the previous step's statistics.
+  entropy_stage = c.get("temperature")
+  rule = None if entropy_stage is None else entropy_stage.rule(
+      states.get("temperature") or entropy_stage.init())
+
+  helpers = {"reference": lambda: _reference_fn(params, pipeline)}
+  selected, states["groups"] = c["groups"].apply(
+      states["groups"], draw, p,
+      **{name: helpers[name]() for name in c["groups"].reads})
+  if "shape" in c:  # a stateful shaper folds in every round drawn
+    states["shape"] = shaping_lib.update_states(
+        pipeline.shapers, states["shape"],
+        [_shape_data(rnd, pipeline, step) for rnd in selected.rounds])
   gather = lambda field: _gather(selected, field)
   t1 = time.perf_counter()
 
+  divergence, revisit_measures = None, {}
+  if "divergence" in c["advantage"].reads:  # SPO's KL-adaptive rho
+    divergence, states["revisits"], revisit_measures = _revisit(
+        params, pipeline, states["revisits"], selected, gather)
   answer_ids = None
   if selected.rounds[0].answer_ids is not None:
     answer_ids = jnp.asarray(gather("answer_ids"), jnp.int32)
@@ -341,6 +490,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       prompt_index=jnp.asarray(gather("prompt_index"), jnp.int32),
       greedy_rewards=None if selected.rounds[0].greedy_rewards is None
       else jnp.asarray(gather("greedy_rewards"), jnp.float32),
+      divergence=divergence,
       **{field: jnp.asarray(gather(field)) for field in SEGMENT_FIELDS
          if getattr(selected.rounds[0], field) is not None})
   adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
@@ -351,9 +501,12 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   adv = {"group": rows, "token": np.asarray}[c["advantage"].output](adv)
   sample_mask = rows(gather("mask"))
   loss_mask = sample_mask * np.repeat(selected.valid, g)[:, None]
-  adv, states["credit"] = c["credit"].apply(
+  credited, states["credit"] = c["credit"].apply(
       states["credit"], adv, loss_mask,
-      **{name: rows(gather(name)) for name in c["credit"].reads})
+      **_credit_reads(c["credit"].reads, gather, rows, pipeline))
+  adv = np.asarray(credited.advantages)  # host arrays, as the estimator's
+  if credited.mask is not None:  # a rule that trains on fewer tokens
+    loss_mask = np.asarray(credited.mask, np.float32)
   loss_mask, states["rows"] = c["rows"].apply(
       states["rows"], loss_mask,
       **{name: rows(gather(name)) for name in c["rows"].reads})
@@ -362,15 +515,62 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       buckets=pipeline.sampler.prompt_buckets,
       pad_id=pipeline.sampler.pad_id)
   sampler_logp = rows(gather("sampler_logp"))
+  topk = {name: rows(gather(name)) for name in TOPK_FIELDS
+          if getattr(selected.rounds[0], name) is not None}
+  entropy, entropy_measures = {}, {}
+  if entropy_stage is not None and entropy_stage.active:
+    entropy, stats, entropy_measures = _entropy_hat(
+        entropy_stage, rule, gather, rows, loss_mask, sample_mask,
+        base=np.tile(member_temperatures(pipeline.sampler), p))
+    if rule is not None:  # the next step's sampler reads these
+      states["temperature"] = entropy_norm.newer(stats, rule.stats)
   batch = pipeline.assemble(
       params, ref_params, prompt_tokens, prompt_mask, rows(gather("tokens")),
-      sample_mask, loss_mask, adv, sampler_logp=sampler_logp)
+      sample_mask, loss_mask, adv, sampler_logp=sampler_logp, **topk,
+      **entropy)
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
   measurements = describe(selected, adv, batch, pipeline,
                           estimator=c["advantage"])
+  measurements.update(credit_lib.measurements(c["credit"].name, credited))
+  measurements.update(revisit_measures)
+  measurements.update(entropy_measures)
   measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
   return batch, measurements, states
+
+
+# HAPO's batch statistic, one compiled program per shape.
+_normalised_entropy = jax.jit(entropy_norm.normalised_entropy,
+                              static_argnames=("pivot", "legacy_sign"))
+
+
+def _entropy_hat(stage, rule, gather, rows, loss_mask, sample_mask, *,
+                 base):
+  """HAPO's h_hat of the batch and its statistics, over the loss tokens
+  (`entropy_norm.normalised_entropy` of the sampler's entropies at the
+  temperatures it drew at), as the `assemble` keywords: ``entropy_hat``
+  when an objective reads it, the per-token ``temperature`` with a rule;
+  and the measurements (`base`: [N] each row's own temperature)."""
+  h_hat, stats = _normalised_entropy(
+      jnp.asarray(rows(gather("token_entropies"))), jnp.asarray(loss_mask),
+      pivot=float(stage.pivot), legacy_sign=bool(stage.legacy_sign))
+  h_hat = np.asarray(h_hat)
+  real = np.asarray(loss_mask) > 0
+  count = max(real.sum(), 1)
+  out = {"entropy_hat": h_hat} if stage.entropy_hat else {}
+  m = {"entropy_hat/high_share": float((real & (h_hat > 0)).sum() / count)}
+  if rule is not None:
+    tokens = rows(gather("token_temperatures"))
+    out["temperature"] = tokens
+    sampled = np.asarray(sample_mask) > 0
+    # A token drawn at another temperature than its row's was adapted.
+    adapted = sampled & ~np.isclose(tokens, np.asarray(base)[:, None],
+                                    rtol=1e-6, atol=0.0)
+    total = max(sampled.sum(), 1)
+    m["sampler/adapted_share"] = float(adapted.sum() / total)
+    m["sampler/temperature_mean"] = float(
+        (tokens * sampled).sum() / total)
+  return out, stats, m
 
 
 def _row_abs_mean(adv, batch) -> np.ndarray:
@@ -386,8 +586,9 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
              *, estimator) -> dict:
   """The rollout's measurements. Rewards, lengths and collapse describe the
   step's plain sample (round 0), so that they compare across configs with
-  and without a group strategy that samples again."""
-  first = selected.rounds[0]
+  and without a group strategy that samples again (or injects reference
+  rows: the round as sampled, `Round.sampled`)."""
+  first = selected.rounds[0].sampled or selected.rounds[0]
   g = pipeline.sampler.num_generations
   valid = np.asarray(selected.valid)
   weights = pipeline.weights
@@ -409,15 +610,29 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
   }
   for k, name in enumerate(first.columns):
     m[f"reward/{name}"] = float(first.rewards[..., k].mean())
-  for k, name in enumerate(pipeline.verifiers):
+  for k, name in enumerate(first.columns[:len(first.errors)]):
     m[f"reward_errors/{name}"] = float(
         sum(rnd.errors[k] for rnd in selected.rounds))
+  # What each shaper's column did to the plain sample's rows.
+  for k, name in enumerate(pipeline.shapers, start=len(pipeline.verifiers)):
+    column = first.rewards[..., k]
+    m[f"shaping/{name}/mean"] = float(column.mean())
+    m[f"shaping/{name}/abs_mean"] = float(np.abs(column).mean())
+    m[f"shaping/{name}/changed"] = float((column != 0).mean())
   # Every completion of every round, as the errors count: a function failed
   # on all of them when its errors equal this.
   m["reward/scored"] = float(sum(
       rnd.lengths.size + (0 if rnd.greedy_rewards is None
                           else rnd.greedy_rewards.shape[0])
+      # A round with reference rows had one scored per prompt.
+      + (0 if rnd.injected is None else rnd.injected.shape[0])
       for rnd in selected.rounds))
+  if any(rnd.injected is not None for rnd in selected.rounds):
+    # EDGE-GRPO's guided correction: the share of the batch's groups that
+    # got a reference row.
+    m["rollout/corrected_groups"] = float(np.mean([
+        selected.rounds[r].injected is not None
+        and selected.rounds[r].injected[i].any() for r, i in selected.picks]))
   if first.greedy_rewards is not None:
     m["reward/greedy_total"] = float((first.greedy_rewards * weights)
                                      .sum(-1).mean())
@@ -459,10 +674,53 @@ def make_components(config) -> dict:
       "groups": rounds,
       "advantage": _jitted(advantages_lib.make(config.advantage.name,
                                                **config.advantage.kwargs)),
+      "shape": rewards_lib.make_shape_stage(config.rewards.shapers),
       "credit": credit_lib.make(config.credit.name, **config.credit.kwargs),
       "rows": strategies.make_row_strategy(config.rows.name,
                                            **config.rows.kwargs),
+      "revisits": _revisit_memory(config),
+      "temperature": _entropy_stage(config),
   }
+
+
+def _entropy_stage(config) -> entropy_norm.EntropyTemperature:
+  """HAPO's stage: the sampler rule when ``rollout.temperature_tau > 0``,
+  h_hat in the batch when the objective reads ``entropy_hat``."""
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  reads = objectives.OBJECTIVES.entry(config.objective.name).meta.get(
+      "reads", ())
+  r = config.rollout
+  return entropy_norm.EntropyTemperature(
+      tau=float(r.temperature_tau), pivot=float(r.entropy_pivot),
+      legacy_sign=bool(r.entropy_legacy_sign),
+      entropy_hat="entropy_hat" in reads)
+
+
+def _revisit_memory(config) -> revisits_lib.Memory:
+  """The responses an estimator reading ``divergence`` (SPO's KL-adaptive
+  rho) needs stored: one per slot of its per-prompt table (its
+  ``capacity`` option), of ``rollout.max_new_tokens`` tokens; inactive
+  otherwise."""
+  name, options = config.advantage.name, dict(config.advantage.kwargs)
+  if "divergence" not in advantages_lib.meta(name, **options)["reads"]:
+    return revisits_lib.make()
+  init = advantages_lib.meta(name)["state"].init
+  capacity = options.get(
+      "capacity", inspect.signature(init).parameters["capacity"].default)
+  return revisits_lib.make(capacity=int(capacity),
+                           num_tokens=int(config.rollout.max_new_tokens))
+
+
+def _trainer_logprobs(params, tokens, input_mask, completion_start,
+                      temperature, *, model_config, chunk_size, batch_size):
+  """(logp, entropy) [R, T] numpy of completion rows under `params`, the
+  trainer's forward pass (`batch.batched_logprobs`), whole on every
+  process."""
+  return sharding.to_host(batch_lib.batched_logprobs(
+      params, model_config, jnp.asarray(tokens, jnp.int32),
+      jnp.asarray(input_mask, jnp.float32), completion_start,
+      temperature=temperature, chunk_size=chunk_size, batch_size=batch_size,
+      with_entropy=True))
 
 
 def from_config(config, model_config, tokenizer, components=None):
@@ -475,10 +733,14 @@ def from_config(config, model_config, tokenizer, components=None):
         f"{jax.process_count()} processes (each scores its own block of "
         "prompts); make it a multiple of the process count.")
   eos_ids, pad_id = models.eos_and_pad(tokenizer)
-  shapers = {name: (rewards_lib.make_shaper(
-      name, **{k: v for k, v in options.items() if k != "weight"}),
-                    float(options["weight"]))
-             for name, options in config.rewards.shapers.items()}
+  if r.record_topk > model_config.vocab_size:
+    raise ValueError(
+        f"config.rollout.record_topk: {r.record_topk} exceeds the model's "
+        f"vocabulary of {model_config.vocab_size} ids; set "
+        f"rollout.record_topk <= {model_config.vocab_size}.")
+  components = components or make_components(config)
+  shapers = (components["shape"] if "shape" in components
+             else rewards_lib.make_shape_stage(config.rewards.shapers)).shapers
   # The trainer scores each row at its member's temperature (row p*G + g).
   row_temperatures = (np.tile(np.asarray(r.member_temperatures, np.float32),
                               r.num_prompts)
@@ -492,7 +754,8 @@ def from_config(config, model_config, tokenizer, components=None):
           system_prompt=config.data.system_prompt, eos_ids=tuple(eos_ids),
           pad_id=pad_id,
           member_temperatures=tuple(float(x)
-                                    for x in r.member_temperatures)),
+                                    for x in r.member_temperatures),
+          record_topk=int(r.record_topk)),
       model_config=model_config, tokenizer=tokenizer,
       task=data.make_task(config.data, seed=config.seed),
       format_prompt=data.format_prompt,
@@ -504,7 +767,11 @@ def from_config(config, model_config, tokenizer, components=None):
           workers=config.rewards.workers,
           timeout_s=float(config.rewards.timeout_s),
           deadline_s=float(config.rewards.deadline_s)),
-      components=components or make_components(config),
+      components=components,
+      logprobs=functools.partial(
+          _trainer_logprobs, model_config=model_config,
+          chunk_size=config.train.chunk_size,
+          batch_size=config.train.logprob_batch_size),
       assemble=functools.partial(
           batch_lib.assemble_batch, model_config=model_config,
           temperature=row_temperatures, chunk_size=config.train.chunk_size,

@@ -51,6 +51,10 @@ draw). The rule "greedy rows are scored at 1" is
 `logprobs.scoring_temperature`, which `logprobs.token_logprobs` applies too,
 so the trainer scores each row with the sampler's ``[N]`` temperatures as they
 are. The temperature is traced, never static: new values never recompile.
+With HAPO's ``temperature_rule`` each token is drawn at its own temperature,
+set from the entropy of its row's distribution (`entropy_norm`), and the
+``[N, T]`` temperatures are recorded for the trainer to score at; without
+one the program is the plain one.
 
 Sharding: traced under ``with jax.set_mesh(mesh):`` (as the trainer does)
 the prefill, the grouped cache and every decode step split their rows over
@@ -71,6 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sharding
@@ -111,6 +116,15 @@ class SampleOutput(NamedTuple):
     entropies: [N, T] float32, the entropy of that full tempered
       distribution at each token (what ``token_logprobs`` gives as its
       entropy); 0 under padding.
+    topk_ids, topk_logprobs: [N, T, K] int32 / float32 with
+      ``record_topk=K``: the K most likely ids of that full tempered
+      distribution at each position and their log-probs
+      (`logprobs.topk_logprobs`: what ``token_logprobs(..., topk_ids=)``
+      gives), 0 under padding; None when K = 0.
+    temperatures: [N, T] float32 with a ``temperature_rule`` (HAPO): the
+      temperature each token was drawn at (0 on greedy rows and under
+      padding), which the log-probs and entropies above use and the
+      trainer scores it at; None without a rule.
   """
   tokens: jnp.ndarray
   mask: jnp.ndarray
@@ -119,6 +133,9 @@ class SampleOutput(NamedTuple):
   logprobs: jnp.ndarray
   tempered_logprobs: jnp.ndarray
   entropies: jnp.ndarray
+  topk_ids: Optional[jnp.ndarray] = None
+  topk_logprobs: Optional[jnp.ndarray] = None
+  temperatures: Optional[jnp.ndarray] = None
 
 
 class DecodeState(NamedTuple):
@@ -132,6 +149,11 @@ class DecodeState(NamedTuple):
   logprobs: jnp.ndarray  # [N, T] float32
   tempered_logprobs: jnp.ndarray  # [N, T] float32
   entropies: jnp.ndarray  # [N, T] float32
+  # [N, T, K] with record_topk = K > 0, else None (nothing compiled).
+  topk_ids: Optional[jnp.ndarray] = None
+  topk_logprobs: Optional[jnp.ndarray] = None
+  # [N, T] with a temperature rule (HAPO), else None (nothing compiled).
+  temperatures: Optional[jnp.ndarray] = None
 
 
 def pad_prompts(token_lists: Sequence[Sequence[int]], *,
@@ -217,7 +239,9 @@ def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
 def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
            max_new_tokens: int, temperature=1.0,
            top_k: Optional[int] = None, top_p: Optional[float] = None,
-           greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0
+           greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0,
+           record_topk: int = 0,
+           temperature_rule: Optional[entropy_norm.TemperatureRule] = None
            ) -> SampleOutput:
   """Samples G completions for each of P left-padded prompts.
 
@@ -250,6 +274,15 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
     eos_ids: every end-of-sequence id (chat models have several, e.g.
       ``models.eos_ids(tokenizer)``); ``()`` generates exactly T tokens.
     pad_id: the id written after a row has ended.
+    record_topk: K > 0 also records each position's K most likely ids and
+      their tempered log-probs (`SampleOutput.topk_ids`); 0 (default)
+      records nothing and compiles the same program as before.
+    temperature_rule: None (default: the same program as before), or HAPO's
+      entropy-adaptive rule (`entropy_norm.TemperatureRule`, traced): token
+      t of row n is drawn at ``tau_n (1 + tau clip(h_hat, -1, 1))``, h_hat
+      the entropy of ``softmax(z / tau_n)`` normalised by the rule's
+      statistics (`entropy_norm.adaptive_temperature`), and each token's
+      temperature is recorded (`SampleOutput.temperatures`).
 
   Returns:
     `SampleOutput` with N = P*G rows ordered ``p*G + g``.
@@ -257,6 +290,14 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
   _check_inputs(config, prompt_tokens, prompt_mask, num_samples=num_samples,
                 max_new_tokens=max_new_tokens, temperature=temperature,
                 top_k=top_k, top_p=top_p)
+  if (isinstance(record_topk, bool) or not isinstance(
+      record_topk, (int, np.integer))
+      or not 0 <= record_topk <= config.vocab_size):
+    raise ValueError(
+        f"record_topk must be an int in [0, vocab_size={config.vocab_size}] "
+        f"(0: off); got {record_topk!r}.")
+  if temperature_rule is not None:
+    temperature_rule = _check_rule(temperature_rule)
   num_rows = np.shape(prompt_tokens)[0] * int(num_samples)
   # One code path: every temperature is [N] from here (greedy: all rows 0), so
   # a float and an array share one compile. A known value goes in as a host
@@ -277,7 +318,36 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
       max_new_tokens=int(max_new_tokens), top_k=top_k,
       top_p=None if top_p is None or top_p >= 1 else float(top_p),
       greedy=bool(greedy), eos_ids=tuple(int(i) for i in eos_ids),
-      pad_id=int(pad_id))
+      pad_id=int(pad_id), record_topk=int(record_topk),
+      temperature_rule=temperature_rule)
+
+
+def _check_rule(rule) -> entropy_norm.TemperatureRule:
+  """The rule as float32 host arrays (as a known temperature goes in); a
+  ValueError naming `temperature_rule` unless it is one with tau >= 0."""
+  if not isinstance(rule, entropy_norm.TemperatureRule):
+    raise ValueError(
+        "temperature_rule must be an entropy_norm.TemperatureRule(tau, "
+        f"stats) or None; got {type(rule).__name__}.")
+  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(rule)):
+    return rule
+  rule = jax.tree.map(lambda x: np.asarray(x, np.float32), rule)
+  if not (np.isfinite(rule.tau) and rule.tau >= 0):
+    raise ValueError(
+        f"temperature_rule.tau must be finite and >= 0; got {rule.tau}.")
+  return rule
+
+
+def _entropy_temperature(logits, temperature, rule):
+  """HAPO's [N] temperatures of this step: the entropy of each row's
+  ``softmax(z / tau_n)`` (greedy rows at 1) normalised against the rule's
+  statistics (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
+  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
+  shifted = scaled - scaled.max(axis=-1, keepdims=True)
+  weights = jnp.exp(shifted)
+  total = weights.sum(axis=-1)
+  entropy = jnp.log(total) - (weights * shifted).sum(axis=-1) / total
+  return entropy_norm.adaptive_temperature(entropy, temperature, rule)
 
 
 def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
@@ -553,10 +623,11 @@ def _prefill(params, config, prompt_tokens, prompt_mask, prompt_slots,
 
 @functools.partial(
     jax.jit, static_argnames=("config", "num_samples", "max_new_tokens",
-                              "top_k", "top_p", "greedy", "eos_ids", "pad_id"))
-def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
-            num_samples, max_new_tokens, top_k, top_p, greedy, eos_ids,
-            pad_id):
+                              "top_k", "top_p", "greedy", "eos_ids", "pad_id",
+                              "record_topk"))
+def _sample(params, prompt_tokens, prompt_mask, key, temperature,
+            temperature_rule=None, *, config, num_samples, max_new_tokens,
+            top_k, top_p, greedy, eos_ids, pad_id, record_topk=0):
   global _TRACE_COUNT
   _TRACE_COUNT += 1
   if lora.has_adapters(params):
@@ -599,9 +670,11 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
 
   def record(state, step, logits):
     """Draws the token of `step` from `logits` and writes it into the state."""
-    # A per-token temperature [N, T] would be read here as temperature[:, step].
+    tau = temperature  # [N]; HAPO's rule gives each token its own
+    if temperature_rule is not None:
+      tau = _entropy_temperature(logits, temperature, temperature_rule)
     tokens, logprobs, tempered, entropies = _next_token(
-        logits, jax.random.fold_in(key, step), temperature, greedy=greedy,
+        logits, jax.random.fold_in(key, step), tau, greedy=greedy,
         top_k=top_k, top_p=top_p)
     live = ~state.done
     tokens = jnp.where(live, tokens, pad_id)
@@ -609,6 +682,16 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
     write = lambda buffer, column: jax.lax.dynamic_update_slice(
         buffer, column[:, None], (0, step))
     ended = (tokens[:, None] == eos[None, :]).any(-1) if eos_ids else False
+    if record_topk:  # DPPO's top-K forms; the same temperature as the draw
+      ids, topk = logprobs_lib.topk_logprobs(logits, tau, record_topk)
+      put = lambda buffer, x: jax.lax.dynamic_update_slice(
+          buffer, jnp.where(live[:, None], x, 0)[:, None].astype(
+              buffer.dtype), (0, step, 0))
+      state = state._replace(topk_ids=put(state.topk_ids, ids),
+                             topk_logprobs=put(state.topk_logprobs, topk))
+    if temperature_rule is not None:  # what the trainer scores it at
+      state = state._replace(temperatures=write(
+          state.temperatures, jnp.where(live, tau, 0.0)))
     return state._replace(
         step=step + 1,
         last_tokens=tokens,
@@ -645,6 +728,12 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
       logprobs=empty,
       tempered_logprobs=empty,
       entropies=empty)
+  if record_topk:
+    shape = (num_rows, max_new_tokens, record_topk)
+    state = state._replace(topk_ids=jnp.zeros(shape, jnp.int32),
+                           topk_logprobs=jnp.zeros(shape, jnp.float32))
+  if temperature_rule is not None:
+    state = state._replace(temperatures=empty)
   state = record(state, state.step, logits)
   state = jax.lax.while_loop(keep_going, decode_step, state)
 
@@ -652,4 +741,6 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature, *, config,
   return SampleOutput(
       tokens=state.tokens, mask=mask.astype(jnp.float32),
       lengths=state.lengths, truncated=~state.done, logprobs=state.logprobs,
-      tempered_logprobs=state.tempered_logprobs, entropies=state.entropies)
+      tempered_logprobs=state.tempered_logprobs, entropies=state.entropies,
+      topk_ids=state.topk_ids, topk_logprobs=state.topk_logprobs,
+      temperatures=state.temperatures)

@@ -158,13 +158,16 @@ class LossFunctions(NamedTuple):
   batch_stats: Optional[Callable] = None
 
 
-def batch_arrays(micro, logp, entropy, old_logp) -> dict:
+def batch_arrays(micro, logp, entropy, old_logp, topk_logp=None) -> dict:
   """Every array a regulariser, a correction or an objective may read, by
   name: the batch's fields, the forward's ``logp`` and ``entropy`` (with
-  gradient), and ``old_logp`` as the behaviour log-probs (on policy the
-  forward's own, detached)."""
+  gradient), ``old_logp`` as the behaviour log-probs (on policy the
+  forward's own, detached) and, when the objective reads it, ``topk_logp``
+  [M, T, K]: the policy's log-probs at the sampler's top-K ids."""
   arrays = dict(micro._asdict())
   arrays.update(logp=logp, entropy=entropy, old_logp=old_logp)
+  if topk_logp is not None:
+    arrays.update(topk_logp=topk_logp)
   return arrays
 
 
@@ -210,16 +213,29 @@ def make_loss_functions(*, model_config: models.ModelConfig,
   # Corrections whose statistic spans the whole minibatch (the top-entropy
   # quantile): with several microbatches a pre-pass computes it first.
   with_stats = tuple(c for c in corrections if c.prepass is not None)
+  # DPPO's top-K forms: the chunked pass also gathers the policy's
+  # log-probs at the sampler's top-K ids (K columns, never [M, T, V]).
+  wants_topk = "topk_logp" in objective.reads
+
   def forward(params, micro):
+    """(logp, entropy, topk_logp or None)."""
     rows, columns = micro.tokens.shape
+    if wants_topk and micro.sampler_topk_ids is None:
+      raise ValueError(
+          f"objective {objective.name!r} reads the policy's log-probs at "
+          "the sampler's top-K ids, but the batch has no sampler_topk_ids; "
+          "set config.rollout.record_topk = K > 0.")
     # Microbatches start at multiples of their size, so blocks of
     # gcd(rows, G) rows lie within one group.
-    return policy_logprobs(params, model_config, micro.tokens,
-                           micro.input_mask,
-                           columns - micro.completion_mask.shape[1],
-                           temperature=micro.temperature,
-                           chunk_size=chunk_size,
-                           group_size=math.gcd(rows, group_size))
+    out = policy_logprobs(params, model_config, micro.tokens,
+                          micro.input_mask,
+                          columns - micro.completion_mask.shape[1],
+                          temperature=micro.temperature,
+                          chunk_size=chunk_size,
+                          group_size=math.gcd(rows, group_size),
+                          topk_ids=micro.sampler_topk_ids if wants_topk
+                          else None)
+    return out if wants_topk else (*out, None)
 
   def behaviour(micro, logp):
     # On policy (no old_logp) the behaviour log-probs are these, detached.
@@ -227,11 +243,15 @@ def make_loss_functions(*, model_config: models.ModelConfig,
             else micro.old_logp)
 
   def pre_pass(params, micro):
-    logp, entropy = jax.lax.stop_gradient(forward(params, micro))
+    logp, entropy, topk = jax.lax.stop_gradient(forward(params, micro))
     old = behaviour(micro, logp)
+    arrays = batch_arrays(micro, logp, entropy, old, topk)
+    # The objective's reads too: F-TIS's kept-token count needs the
+    # sampler's log-probs.
     records = (None if objective.prepass is None else objective.prepass(
-        logp, old, micro.advantages, micro.completion_mask))
-    arrays = batch_arrays(micro, logp, entropy, old)
+        logp, old, micro.advantages, micro.completion_mask,
+        **_read(arrays, objective.reads,
+                component=f"objective {objective.name!r}")))
     return records, {c.name: _read(arrays, c.prepass_reads,
                                    component=f"correction {c.name!r}")
                      for c in with_stats}
@@ -246,10 +266,10 @@ def make_loss_functions(*, model_config: models.ModelConfig,
             mask, **jax.tree.map(rows, arrays[c.name])) for c in with_stats}}
 
   def loss_fn(params, micro, states, counts, batch_stats):
-    logp, entropy = forward(params, micro)
+    logp, entropy, topk = forward(params, micro)
     mask = micro.completion_mask
     old = behaviour(micro, logp)
-    arrays = batch_arrays(micro, logp, entropy, old)
+    arrays = batch_arrays(micro, logp, entropy, old, topk)
     batch_stats = batch_stats or {}
     # The weights are detached: computed from detached arrays.
     weights, records = corrections_lib.combine(

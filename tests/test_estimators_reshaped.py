@@ -452,8 +452,9 @@ def test_ngrpo_config_sets_the_papers_clip():
   assert c.kl.beta == 0.0 and c.train.num_minibatches == 4
   assert importlib.import_module("configs.ngrpo").get_config(
       "tiny").train.num_minibatches == 4
-  assert "Guided Error Correction is a data step" in importlib.import_module(
-      "configs.edge_grpo").__doc__
+  # EDGE-GRPO's guided error correction is its group strategy.
+  assert importlib.import_module(
+      "configs.edge_grpo").get_config().groups.name == "guided_correction"
 
 
 # ------------------------------------------------------------ learning

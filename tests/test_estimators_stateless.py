@@ -607,15 +607,18 @@ def check_avspo(config, state, record):
 
 
 def check_spo(config, state, record):
-  """Two prompts x 2 samples were counted, each at its problem's slot."""
-  del config, record
+  """Two prompts x 2 samples were counted, each at its problem's slot; a
+  first visit forgets by rho_max (D = 0 under the KL-adaptive rho)."""
+  del record
+  options = config.advantage.kwargs
+  assert options.rho == "kl_adaptive"
   tracker = state.states["advantage"]
   total = np.asarray(tracker.alpha + tracker.beta, np.float64)
-  assert total.shape == (100,)
+  assert total.shape == (options.capacity,)
   touched = total != 1.0
   assert 1 <= touched.sum() <= 2
-  testing.assert_close(total[touched].sum(), 0.875 * touched.sum() + 4.0,
-                       atol=1e-5)
+  testing.assert_close(total[touched].sum(),
+                       options.rho_max * touched.sum() + 4.0, atol=1e-5)
 
 
 def check_riskpo(config, state, record):

@@ -354,7 +354,8 @@ def test_value_and_grad_memory_is_far_below_naive():
     (dict(temperature=float("inf")), "temperature"),
     (dict(temperature=jnp.array([1.0, -1.0, 1.0])), "temperature"),
     (dict(temperature=jnp.ones(N + 1)), "temperature"),
-    (dict(temperature=jnp.ones((N, T))), "temperature"),  # per token: not yet
+    # Per token: [N, T] only (HAPO's sampler; tests/test_hapo.py).
+    (dict(temperature=jnp.ones((N, T + 1))), "temperature"),
     (dict(temperature="hot"), "temperature"),
     (dict(chunk_size=0), "chunk_size"),
     (dict(chunk_size=2.5), "chunk_size"),

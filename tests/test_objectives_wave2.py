@@ -308,8 +308,9 @@ def test_f_tis_reports_its_truncated_weight():
 ])
 def test_f_tis_filters(ratios, filt, kept):
   """The filter keeps a row (or token) whose statistic of pi / mu lies in
-  [0.5, 2]; a dropped one has no loss, no gradient, and stays in the token
-  mean's count."""
+  [0.5, 2]; a dropped one has no loss, no gradient, and leaves the token
+  mean's denominator (the reported count stays the mask's, the sum is
+  scaled by mask count / kept count)."""
   ratios, kept = np.array(ratios), np.array(kept, float)
   mu = row(np.log([0.1, 0.2, 0.3]))
   logp = mu + jnp.log(row(ratios))
@@ -319,9 +320,12 @@ def test_f_tis_filters(ratios, filt, kept):
   w = np.minimum(ratios, 2.0)
   a = np.array([1.0, -1.0, 2.0])
   lp = np.log([0.1, 0.2, 0.3]) + np.log(ratios)
-  testing.assert_close(loss, (-w * a * lp * kept).sum() / 3, rtol=1e-5,
-                       atol=1e-6)
-  testing.assert_close(g, row(-w * a * kept / 3), rtol=1e-5, atol=1e-7)
+  # A dropped token leaves the denominator too (VARIANTS.md 2.4).
+  denominator = max(kept.sum(), 1.0)
+  testing.assert_close(loss, (-w * a * lp * kept).sum() / denominator,
+                       rtol=1e-5, atol=1e-6)
+  testing.assert_close(g, row(-w * a * kept / denominator), rtol=1e-5,
+                       atol=1e-7)
   _, aux = objectives.f_tis(logp, logp, adv, mask, sampler_logp=mu,
                             filter=filt)
   testing.assert_close(aux.loss_count, 3.0)
@@ -337,9 +341,9 @@ def test_f_tis_without_sampler_is_truncated_is_against_pi_old():
   keep = ((keep_rows >= 0.5) & (keep_rows <= 2.0))[:, None]
   want = -np.minimum(r, 2.0) * np.asarray(adv)[:, None] * keep
   g = grads("f_tis", logp, old, adv, mask)
-  testing.assert_close(g, jnp.asarray(want * np.asarray(mask)
-                                       / np.asarray(mask).sum(),
-                                       jnp.float32), rtol=1e-5, atol=1e-7)
+  kept = np.broadcast_to(keep, want.shape) * np.asarray(mask)
+  testing.assert_close(g, jnp.asarray(want * np.asarray(mask) / kept.sum(),
+                                      jnp.float32), rtol=1e-5, atol=1e-7)
 
 
 def test_f_tis_bad_options():
@@ -836,9 +840,14 @@ def test_sampler_padding_is_ignored_and_rows_split_exactly(name):
   testing.assert_finite(g)
   testing.assert_close(g[:, -2:], jnp.zeros((n, 2)))
   testing.assert_close(g[2], jnp.zeros(g.shape[1]))
-  count = objectives.make(name).count(mask)
-  halves = [fn(logp[s], old[s], adv[s], mask[s], sampler_logp=sampler[s])[1]
-            for s in (slice(0, 3), slice(3, 6))]
+  objective = objectives.make(name)
+  count = objective.count(mask)
+  whole = {}  # the whole batch's pre-pass statistics (F-TIS's kept count)
+  if objective.prepass is not None:
+    whole = objectives.OBJECTIVES.entry(name).meta["prepass"].loss_kwargs(
+        objective.prepass(logp, old, adv, mask, sampler_logp=sampler))
+  halves = [fn(logp[s], old[s], adv[s], mask[s], sampler_logp=sampler[s],
+               **whole)[1] for s in (slice(0, 3), slice(3, 6))]
   testing.assert_close(sum(h.loss_sum for h in halves) / count, loss,
                        rtol=1e-5, atol=1e-7)
 

@@ -60,6 +60,18 @@ def random_batch(config, params, key, *, prompts=2, group=4, sp=4, t=5,
   return batch
 
 
+def with_topk(batch, key, k=3):
+  """`batch` with a sampler's top-K record (random ids, log-probs of mass
+  below 1) and its log-probs, for objectives reading them (dppo_topk)."""
+  n, t = batch.completion_mask.shape
+  k1, k2 = jax.random.split(key)
+  return batch._replace(
+      sampler_logp=batch.old_logp,
+      sampler_topk_ids=jax.random.randint(k1, (n, t, k), 1, VOCAB),
+      sampler_topk_logp=jnp.log(jax.random.uniform(k2, (n, t, k), minval=0.05,
+                                                   maxval=0.3)))
+
+
 def setup(config, params, optimizer, objective="ppo_clip", options=None, *,
           beta=0.0, **update_kwargs):
   """(update_fn returning measurement values, a fresh-state factory)."""
@@ -110,6 +122,8 @@ def test_microbatch_size_does_not_change_the_update(model, objective,
   config, params = model
   batch = random_batch(config, params, jax.random.PRNGKey(1), beta=0.1,
                        off_policy=0.3)
+  if "topk_logp" in objectives.make(objective, **options).reads:
+    batch = with_topk(batch, jax.random.PRNGKey(2))
   optimizer = optax.sgd(1.0)
   results = []
   for micro in (0, 1):
@@ -464,7 +478,9 @@ def learn(objective, *, estimator="grpo", weights=(1.0, 0.0)):
 
   history, spreads = learning.learn_trivial_task(
       advantages.make(estimator), objective=record, group_data=two_columns,
-      group=8, on_step=ratio_spread)
+      group=8, on_step=ratio_spread,
+      # The sampler's top-3 of the 8 ids, for objectives reading a top-K.
+      record_topk=3 if "topk_logp" in record.reads else 0)
   return history, max(spreads)
 
 

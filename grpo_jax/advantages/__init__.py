@@ -24,6 +24,7 @@
 | ``remax``                        | PG    | R - R_greedy, a greedy completion's reward        | arXiv 2310.10505 |
 | ``gpg``                          | PG    | (B / #rows R != 0) (R - mean_g R) / f_norm        | arXiv 2504.02546 |
 | ``sd_grpo``                      | PG    | token: z_g of each segment's reward, by seg_ids   | SD-GRPO (000 25) |
+| ``hapo_token_mean``              | PG    | z-score, token-weighted mean/std; grpo at big A   | HAPO (002 109)   |
 
 The pure functions (one per row, named as in it, and `multi_reward`,
 `collapse_rate`) are the public API. A PG estimator sees R = sum_k w_k R_k
@@ -68,6 +69,7 @@ from grpo_jax.advantages.multi_reward import (MULTI_REWARD_MODES, dvao, gdpo,
                                               multi_reward)
 from grpo_jax.advantages.reshaped import edge_grpo, lampo, ngrpo, seed_grpo
 from grpo_jax.advantages.segments import sd_grpo
+from grpo_jax.advantages.token_mean import hapo_token_mean
 from grpo_jax.advantages.stateful import (AVSPOState, EBPOState, avspo,
                                           ebpo)
 from grpo_jax.advantages.trackers import (RiskPOState, SPOState, riskpo,
@@ -80,6 +82,7 @@ __all__ = [
     "RiskPOState", "SPOState", "riskpo", "spo",
     "edge_grpo", "lampo", "ngrpo", "seed_grpo",
     "sd_grpo",
+    "hapo_token_mean",
     "bnpo", "check_reward_columns", "dvao", "opo", "pass_at_k",
     "reinforce_plus_plus", "reinforce_plus_plus_baseline",
     "ESTIMATORS", "Estimator", "GroupData", "MULTI_REWARD_MODES", "SCALES",
@@ -137,7 +140,7 @@ def check_options(name: str, options: Mapping[str, Any], *,
   estimator's state options, those of its ``init``, are)."""
   ESTIMATORS.check_options(name, options, field=field,
                            extra=_kit.state_options(name),
-                           exclude=ESTIMATORS.entry(name).meta["reads"])
+                           exclude=_kit.all_reads(name))
 
 
 def meta(name: str, **options) -> dict:
@@ -171,7 +174,7 @@ def make(name: str, **options) -> Estimator:
     step = fn
   inputs = _INPUTS[entry.meta["input"]]
   zero_fillers = _ZERO_FILLERS[entry.meta["output"]]
-  reads = entry.meta["reads"]
+  reads = meta(name, **options)["reads"]
 
   def estimate(state, groups: GroupData):
     missing = [field for field in reads if getattr(groups, field) is None]

@@ -49,7 +49,11 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       estimator, to every reward its state has seen) leaves the advantages
       unchanged; False where absolute reward values matter.
     reads: `groups.GroupData` fields passed as keyword arguments (``valid``,
-      ``weights``, ...); they are not config options.
+      ``weights``, ...); they are not config options. A tuple, or a
+      function of the options giving one where an option decides what the
+      estimator reads (SPO's ``rho="kl_adaptive"`` reads ``divergence``,
+      which costs the rollout a log-prob pass); `all_reads` lists every
+      field it may read.
     state: None for a stateless estimator; a `StateSpec` for a stateful one.
     reward_range: None (any reward), or the ``(lo, hi)`` its rewards must lie
       in, or a function of the options giving it (BNPO's ``r_min`` and
@@ -66,8 +70,19 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       examples=examples, input=input, output=output, paper=paper,
       constant_group_zero=constant_group_zero,
       independent_groups=independent_groups, shift_invariant=shift_invariant,
-      reads=tuple(reads), state=state, reward_range=reward_range,
+      reads=reads if callable(reads) else tuple(reads), state=state, reward_range=reward_range,
       reward_range_of=reward_range_of, min_reward_columns=min_reward_columns)
+
+
+def all_reads(name: str) -> Tuple[str, ...]:
+  """Every `groups.GroupData` field `name` may read, whatever its options:
+  its ``reads``, or, where those depend on the options, the fields its
+  function takes as keyword arguments."""
+  reads = ESTIMATORS.entry(name).meta["reads"]
+  if not callable(reads):
+    return reads
+  params = inspect.signature(ESTIMATORS.get(name)).parameters
+  return tuple(f for f in groups_lib.GroupData._fields if f in params)
 
 
 def state_options(name: str) -> Tuple[str, ...]:

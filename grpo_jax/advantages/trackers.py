@@ -16,7 +16,7 @@ from grpo_jax.advantages import _kit
 
 # ---------------------------------------------------------------------- SPO
 
-SPO_RHO = ("constant",)
+SPO_RHO = ("constant", "kl_adaptive")
 
 
 class SPOState(NamedTuple):
@@ -124,15 +124,24 @@ def spo_advantages(rewards, values, valid, *, eps: float = 1e-8):
   return jnp.where(count > 1, normalised, raw)
 
 
-def _check_spo_options(rho, rho_value) -> None:
-  if rho == "kl_adaptive":
-    raise ValueError(
-        "rho='kl_adaptive' is not built yet: it needs each prompt's stored "
-        "previous response rescored under the current policy, which the "
-        "group data does not carry; use rho='constant'.")
+def _check_spo_options(rho, rho_value, rho_min, rho_max, d_half) -> None:
   _kit.check_choice("rho", rho, SPO_RHO)
   if not 0.0 < rho_value <= 1.0:
     raise ValueError(f"rho_value={rho_value!r} must lie in (0, 1].")
+  if not 0.0 < rho_min <= rho_max <= 1.0:
+    raise ValueError(
+        f"rho_min={rho_min!r} and rho_max={rho_max!r} must satisfy "
+        "0 < rho_min <= rho_max <= 1 (the KL-adaptive rho's clip).")
+  if not d_half > 0.0:
+    raise ValueError(f"d_half={d_half!r} must be > 0 (the divergence that "
+                     "halves the tracker's memory).")
+
+
+def _spo_reads(rho="constant", **_):
+  # The KL-adaptive rho reads each prompt's divergence, which the rollout
+  # computes (a log-prob pass) only for an estimator that reads it.
+  extra = ("divergence",) if rho == "kl_adaptive" else ()
+  return ("valid", "prompt_index") + extra
 
 
 @_kit.register(
@@ -143,12 +152,14 @@ def _check_spo_options(rho, rho_value) -> None:
     # successes of rewards in [0, 1], so absolute values matter.
     constant_group_zero=False, independent_groups=False,
     shift_invariant=False, reward_range=(0.0, 1.0),
-    reads=("valid", "prompt_index"),
+    reads=_spo_reads,
     state=_kit.StateSpec(init=spo_init),
-    examples=({"capacity": 8}, {"capacity": 4, "rho_value": 0.5}))
+    examples=({"capacity": 8}, {"capacity": 4, "rho_value": 0.5},
+              {"capacity": 8, "rho": "kl_adaptive"}))
 def spo(rewards, state: SPOState, *, rho: str = "constant",
-        rho_value: float = 0.875, eps: float = 1e-8, valid=None,
-        prompt_index=None):
+        rho_value: float = 0.875, rho_min: float = 0.875,
+        rho_max: float = 0.96, d_half: float = 0.06, eps: float = 1e-8,
+        valid=None, prompt_index=None, divergence=None):
   """Single-stream PO: a per-prompt Beta value tracker as the baseline,
   advantages normalised over the batch.
 
@@ -157,6 +168,8 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
     A     = (A_raw - mean_B) / (std_B + eps)        (ddof=1; A_raw for a
                                                      batch of one entry)
     alpha_x <- rho alpha_x + sum_g R,  beta_x <- rho beta_x + sum_g (1 - R)
+    rho     = rho_value                               (rho="constant")
+            = clip(2^(-D_x / d_half), rho_min, rho_max) (rho="kl_adaptive")
 
   x is the prompt's `data.Example.index` (`GroupData.prompt_index`), its
   slot in fixed tables of `capacity` entries; an untracked prompt (index
@@ -167,26 +180,36 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
 
   SPO, "Single-stream Policy Optimization" (seed 002 para. 7; its arXiv
   id is not in the seed), after verl's ``recipe/spo`` (VARIANTS.md
-  section 1.4). Built: ``rho="constant"`` (rho = 0.875) and the n = 0
-  prior. Not built: the KL-adaptive rho (`spo_rho` gives its formula),
-  which needs the stored previous response rescored under the current
-  policy, and the offline initialisation (`spo_prior` gives its formula;
-  it needs an offline sampling pass before training).
+  section 1.4). D_x (`GroupData.divergence`) is the masked token mean of
+  |logp_then(y_prev) - logp_now(y_prev)|, y_prev the response stored at
+  the prompt's previous visit (`grpo_jax.revisits`); a first visit has
+  D = 0, so rho = rho_max. The rollout measures D before the step's
+  update, against the log-probs stored before the previous visit's update;
+  verl measures both after the update: the same number of updates apart,
+  one step earlier. Prompt sampling by the tracker's priority is the
+  ``prioritized`` selection (`strategies.select`). Not built: the offline
+  initialisation (`spo_prior` gives its formula; it needs an offline
+  sampling pass before training).
 
   Args:
     rewards: [P, G] rewards in [0, 1] (binary in the paper).
     state: the `SPOState` from before this batch (`spo_init(capacity=)`).
-    rho: the forgetting rule; only ``constant``.
+    rho: the forgetting rule, ``constant`` or ``kl_adaptive`` (verl's
+      ``rho.type="kl"``, its default).
     rho_value: the constant rho, in (0, 1].
+    rho_min, rho_max: the KL-adaptive rho's clip (verl: ``clip_lower``
+      0.875 and 0.96).
+    d_half: the divergence that halves rho before the clip (0.06).
     eps: added to the batch std.
     valid: [P] bool, False for filler groups: 0 and no write.
     prompt_index: [P] int, each prompt's slot (-1: untracked).
+    divergence: [P] float32 D_x >= 0, read with ``rho="kl_adaptive"``.
 
   Returns:
     ([P, G] float32 advantages, the updated `SPOState`).
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_spo_options(rho, rho_value)
+  _check_spo_options(rho, rho_value, rho_min, rho_max, d_half)
   num_prompts = rewards.shape[0]
   valid = _kit.check_valid(valid, num_prompts)
   if prompt_index is None:
@@ -198,9 +221,19 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
   values = spo_values(state, prompt_index)
   advantages = spo_advantages(rewards, values, valid, eps=eps)
   write = valid & _tracked(prompt_index, state.alpha.shape[0])
-  new_state = spo_update(state, rewards, prompt_index,
-                         jnp.full((num_prompts,), rho_value, jnp.float32),
-                         write)
+  if rho == "kl_adaptive":
+    if divergence is None:
+      raise ValueError("spo with rho='kl_adaptive' reads GroupData."
+                       "divergence; pass divergence=.")
+    divergence = jnp.asarray(divergence, jnp.float32)
+    if divergence.shape != (num_prompts,):
+      raise ValueError(f"divergence must be [P] with P={num_prompts}; got "
+                       f"shape {divergence.shape}.")
+    rhos = spo_rho(divergence, rho_min=rho_min, rho_max=rho_max,
+                   d_half=d_half)
+  else:
+    rhos = jnp.full((num_prompts,), rho_value, jnp.float32)
+  new_state = spo_update(state, rewards, prompt_index, rhos, write)
   return _kit.zero_fillers(advantages, valid), new_state
 
 

@@ -17,8 +17,12 @@ config sets them.
 
 Families: `clipped` (ppo_clip, gspo, gspo_token, luspo, gmpo, cispo), `soft`
 (cfpo and its alias spo_simple, sapo, reinforce, gpg), `penalised` (r2vpo
-and its dual state), `bounded` (ce_gppo), `divergence` (dppo), `offpolicy`
-(decoupled_ppo, f_tis, vespo: they read the batch's `sampler_logp`). Each
+and its dual state), `balanced` (bapo: bounds searched per optimiser step
+from a pre-pass's sums), `bounded` (ce_gppo), `divergence` (dppo,
+dppo_topk), `offpolicy`
+(decoupled_ppo, f_tis, vespo: they read the batch's `sampler_logp`),
+`adaptive` (hapo: entropy-adaptive bands and advantages; it reads the
+batch's `entropy_hat`). Each
 registers in `OBJECTIVES` with its metadata (level, mechanism, paper,
 example options, state, pre-pass, reads, behaviour_weight: whether it
 weighs by the sampler itself); `make(name, **options)` returns the bound
@@ -42,20 +46,28 @@ takes corrections by handing ``token_weights`` to `_kit.token_objective`
                                 token_weights=token_weights)
 """
 
+from grpo_jax.objectives import adaptive
+from grpo_jax.objectives import balanced
 from grpo_jax.objectives import bounded
 from grpo_jax.objectives import clipped
 from grpo_jax.objectives import corrections
+from grpo_jax.objectives import covariance
 from grpo_jax.objectives import divergence
 from grpo_jax.objectives import entropy
+from grpo_jax.objectives import influence
 from grpo_jax.objectives import offpolicy
 from grpo_jax.objectives import penalised
 from grpo_jax.objectives import regularisers
+from grpo_jax.objectives import rejection
 from grpo_jax.objectives import soft
 from grpo_jax.objectives._kit import LOG_RATIO_BOUND
 from grpo_jax.objectives._kit import OBJECTIVES
 from grpo_jax.objectives._kit import ObjectiveAux
 from grpo_jax.objectives._kit import PrePass
 from grpo_jax.objectives._kit import StateSpec
+from grpo_jax.objectives.adaptive import hapo
+from grpo_jax.objectives.balanced import BAPO_BALANCES
+from grpo_jax.objectives.balanced import bapo
 from grpo_jax.objectives.bounded import ce_gppo
 from grpo_jax.objectives.clipped import cispo
 from grpo_jax.objectives.clipped import gmpo
@@ -63,7 +75,10 @@ from grpo_jax.objectives.clipped import gspo
 from grpo_jax.objectives.clipped import gspo_token
 from grpo_jax.objectives.clipped import luspo
 from grpo_jax.objectives.clipped import ppo_clip
+from grpo_jax.objectives.covariance import clip_cov
+from grpo_jax.objectives.covariance import kl_cov
 from grpo_jax.objectives.divergence import dppo
+from grpo_jax.objectives.divergence import dppo_topk
 from grpo_jax.objectives.offpolicy import decoupled_ppo
 from grpo_jax.objectives.offpolicy import f_tis
 from grpo_jax.objectives.offpolicy import vespo

@@ -118,6 +118,19 @@ def _real(mask, **arrays):
   return real, out
 
 
+def token_advantages(advantages, real):
+  """[N] or [N, T] advantages as detached [N, T], 0 off the `real` tokens
+  (a ValueError for any other shape)."""
+  advantages = jnp.asarray(advantages, jnp.float32)
+  if advantages.ndim == 1:
+    advantages = jnp.broadcast_to(advantages[:, None], real.shape)
+  elif advantages.shape != real.shape:
+    raise ValueError(
+        f"advantages must be [N] or [N, T] = {real.shape}; got shape "
+        f"{advantages.shape}.")
+  return jax.lax.stop_gradient(jnp.where(real, advantages, 0.0))
+
+
 def _check(name: str, value, *, low: float, strict: bool = False):
   """ValueError unless `value` is a real number (a traced or 0-d array
   passes to `_kit.check_hparam`, which skips traced ones), not NaN and
@@ -370,15 +383,8 @@ def opsm(mask, *, logp, sampler_logp, advantages, delta=0.5):
     TokenWeights (statistic: d_i on the row's tokens).
   """
   _check("delta", delta, low=0.0)
-  advantages = jnp.asarray(advantages, jnp.float32)
   real, a = _real(mask, logp=logp, sampler_logp=sampler_logp)
-  if advantages.ndim == 1:
-    advantages = jnp.broadcast_to(advantages[:, None], real.shape)
-  elif advantages.shape != real.shape:
-    raise ValueError(
-        f"advantages must be [N] or [N, T] = {real.shape}; got shape "
-        f"{advantages.shape}.")
-  advantages = jax.lax.stop_gradient(jnp.where(real, advantages, 0.0))
+  advantages = token_advantages(advantages, real)
   lengths = jnp.maximum(real.sum(axis=-1), 1)
   drift = (a["sampler_logp"] - a["logp"]).sum(axis=-1) / lengths
   row_adv = advantages.sum(axis=-1) / lengths

@@ -1,10 +1,12 @@
 """A trust region on an estimate of the policy divergence instead of the
-ratio: DPPO's binary TV and binary KL masks."""
+ratio: DPPO's binary TV and binary KL masks (`dppo`) and its top-K TV and
+KL masks (`dppo_topk`), which read the sampler's top-K log-probs."""
 
 import jax
 import jax.numpy as jnp
 
 from grpo_jax import aggregation as agg
+from grpo_jax import measures
 from grpo_jax.objectives import _kit
 from grpo_jax.objectives import offpolicy
 from grpo_jax.objectives._kit import OBJECTIVES
@@ -15,6 +17,12 @@ DPPO_DELTA = {"tv": 0.15, "kl": 0.05}
 DPPO_ANCHORS = ("behav", "old")
 # Keeps 1 - p away from 0 in the binary KL (the sources' constant).
 _BINARY_EPS = 1e-8
+# The floor of the top-K set's and the rest's masses (Stable-RL's clamp).
+TOPK_MASS_FLOOR = 1e-12
+# What `dppo_topk` reads beside (logp, old_logp, adv, mask): the sampler's
+# log-probs of its tokens and of its top-K ids, and the policy's at those
+# ids (the trainer's chunked pass gathers them, `train.batch_arrays`).
+TOPK_READS = ("sampler_logp", "sampler_topk_logp", "topk_logp")
 
 
 def binary_kl(p, mu, log_p, log_mu):
@@ -77,7 +85,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   binary forms. The Top-K forms (TV and KL over the behaviour policy's top-K
   tokens plus the rest mass) need the sampler to record each position's
   top-K log-probs and token ids and the trainer the current policy's at
-  those ids; neither exists yet, so they are left out.
+  those ids: `dppo_topk`.
 
   ratio: statistics of exp(logp - anchor) over real tokens. clip_fraction:
   the share of real tokens with A != 0 that the mask drops.
@@ -116,16 +124,183 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
   ref = offpolicy.behaviour_logp(sampler_logp if anchor == "behav" else None,
                                  old, batch.mask)
   x = _kit.clipped_log_ratio(batch.logp, ref)
-  weight = jax.lax.stop_gradient(jnp.minimum(jnp.exp(x), is_cap))
   # Probabilities of the sampled token, kept in (0, 1].
   log_p = jax.lax.stop_gradient(jnp.minimum(batch.logp, 0.0))
   log_mu = jnp.minimum(ref, 0.0)
   valid = jax.lax.stop_gradient(_VALID[divergence](
       jnp.exp(log_p), jnp.exp(log_mu), log_p, log_mu, batch.advantages,
       delta_low, delta_high))
+  return _gated(batch, x, valid, is_cap, aggregation=aggregation,
+                horizon=horizon, token_weights=token_weights)
+
+
+def _gated(batch, x, valid, is_cap, *, aggregation, horizon, token_weights,
+           extra=None):
+  """-A sg(min(exp(x), is_cap)) logp sg(valid), its clip share over A != 0."""
+  weight = jax.lax.stop_gradient(jnp.minimum(jnp.exp(x), is_cap))
   term = -batch.advantages * weight * batch.logp * valid
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon,
                               # A = 0 tokens carry no gradient to cut.
                               clipped=~valid & (batch.advantages != 0),
-                              ratio=jnp.exp(x), token_weights=token_weights)
+                              ratio=jnp.exp(x), token_weights=token_weights,
+                              extra=extra)
+
+
+def topk_divergence(topk_logp, sampler_topk_logp, divergence):
+  """DPPO's top-K divergence of the behaviour policy mu from pi, [..., K] ->
+  [...]: over mu's top-K ids plus one "rest" outcome,
+
+    D_TV = 1/2 (sum_k |mu_k - pi_k| + |mu_rest - pi_rest|)
+    D_KL = sum_k mu_k log(mu_k / pi_k) + mu_rest log(mu_rest / pi_rest)
+
+  with mu_rest = 1 - sum_k mu_k, pi_rest = 1 - sum_k pi_k, both rest masses
+  floored at `TOPK_MASS_FLOOR` (Stable-RL's ``compute_topk_kl``, which
+  floors them before either sum). A term with mu_k = 0 is 0.
+
+  Args:
+    topk_logp: [..., K] log pi at mu's top-K ids.
+    sampler_topk_logp: [..., K] log mu at those ids.
+    divergence: "tv" or "kl".
+  """
+  pi_k, mu_k = jnp.exp(topk_logp), jnp.exp(sampler_topk_logp)
+  pi_rest = jnp.maximum(1.0 - pi_k.sum(-1), TOPK_MASS_FLOOR)
+  mu_rest = jnp.maximum(1.0 - mu_k.sum(-1), TOPK_MASS_FLOOR)
+  if divergence == "tv":
+    return 0.5 * (jnp.abs(mu_k - pi_k).sum(-1) + jnp.abs(mu_rest - pi_rest))
+  terms = jnp.where(mu_k > 0, mu_k * (sampler_topk_logp - topk_logp), 0.0)
+  return terms.sum(-1) + mu_rest * (jnp.log(mu_rest) - jnp.log(pi_rest))
+
+
+def example_topk_reads(logp, old_logp, k=3):
+  """Top-K reads for checks (`objectives.make`'s value check, the contract
+  laws), built from a call's own [N, T] log-probs so that padding and row
+  slices carry over: the sampled token is id 0 of the top-K, mu = exp(old),
+  pi = exp(logp); two more ids hold halves and quarters of the remaining
+  mass, for either policy. Returns {"sampler_topk_logp", "topk_logp"}."""
+  def spread(lp):
+    lp = jnp.minimum(lp, 0.0)
+    rest = jnp.log(jnp.maximum(-jnp.expm1(lp), TOPK_MASS_FLOOR))
+    shares = jnp.log(0.5) * jnp.arange(1, k)  # log 1/2, log 1/4, ...
+    return jnp.concatenate(
+        [lp[..., None], rest[..., None] + shares.reshape((1,) * lp.ndim
+                                                         + (k - 1,))], -1)
+  return {"sampler_topk_logp": spread(old_logp), "topk_logp": spread(logp)}
+
+
+@OBJECTIVES.register(
+    level="token", mechanism="gate", paper="2602.04879", reads=TOPK_READS,
+    # Anchored on the sampler: its weight is the behaviour policy's.
+    behaviour_weight=True, example_reads=example_topk_reads,
+    examples=({}, {"divergence": "kl"},
+              {"is_cap": 10.0, "delta_low": 0.1, "delta_high": 0.3,
+               "aggregation": "seq_mean_token_mean"}))
+def dppo_topk(logp, old_logp, advantages, mask, *, divergence="tv",
+              delta_low=None, delta_high=None, is_cap=20.0,
+              sampler_logp=None, sampler_topk_logp=None, topk_logp=None,
+              aggregation="token_mean", horizon=None, token_weights=None):
+  """Divergence PPO (top-K forms): mask a token once the policy's
+  next-token distribution has moved too far from the sampler's, measured
+  over the sampler's top-K ids plus the rest mass, in the direction its
+  advantage pushes the sampled token.
+
+  With p = exp(logp), mu = exp(sampler_logp) (the sampled token) and D the
+  `topk_divergence` of the position (TV or KL over mu's top-K ids + rest):
+    valid = not (D > delta_high and p > mu)   if A > 0
+            not (D > delta_low  and p < mu)   otherwise
+    L_t = -A * sg(min(exp(logp - sampler_logp), is_cap)) * logp * sg(valid)
+
+  Unlike the binary forms, the divergence sees the whole distribution's
+  head: a token whose own probability barely moved is still masked when
+  the mass shifted among the other likely tokens. With K = V (and the rest
+  empty) D is the full TV or KL. Tokens with A = 0 contribute 0.
+
+  DPPO, arXiv 2602.04879: the official sail-sg/Stable-RL
+  ``_compute_token_mask_for_policy_loss`` (``dppo_topk_tv`` /
+  ``dppo_topk_kl``) with ``compute_topk_kl``; exact. The divergence is
+  measured against the rollout (behaviour) policy, as Stable-RL's top-K
+  modes (verl has no top-K form, so no pi_old anchor here: the sampler
+  records mu's top-K, and pi_old's would need another gathered pass).
+  Defaults as `dppo`: delta 0.15 (TV) or 0.05 (KL), is_cap 20,
+  ``token_mean``.
+
+  The sampler records mu's top-K ids and log-probs
+  (``rollout.record_topk = K``; [N, T, K]) and the trainer gathers the
+  policy's log-probs at those ids inside its chunked log-prob pass
+  (`logprobs.token_logprobs(..., topk_ids=)`), so no [N, T, V] array is
+  made. A run that does not record them fails at config validation. A
+  direct call without them (both None) takes the sampled token alone as
+  the set: the binary forms (`dppo`; KL with 1e-12 floors for its 1e-8).
+
+  ratio: statistics of exp(logp - sampler_logp) over real tokens.
+  clip_fraction: the share of real tokens with A != 0 that the mask drops.
+  extra ``topk_divergence``: `Moments` of D over real tokens.
+
+  Args:
+    logp, old_logp, mask: [N, T]; advantages: [N] or [N, T].
+    divergence: "tv" or "kl".
+    delta_low, delta_high: thresholds (>= 0) for A <= 0 and A > 0; None:
+      DPPO_DELTA[divergence].
+    is_cap: the truncation C of the importance weight (> 0).
+    sampler_logp: [N, T] mu of the sampled tokens (the batch's), or None
+      (mu = pi_old).
+    sampler_topk_logp: [N, T, K] log mu at the sampler's top-K ids, or
+      None (with `topk_logp`: the sampled token alone).
+    topk_logp: [N, T, K] log pi at the same ids (the trainer's), or None.
+    aggregation, horizon: see `aggregation.sum_and_count`.
+    token_weights: [N, T] detached weights of the loss terms, or None.
+
+  Returns:
+    (loss, ObjectiveAux).
+
+  Raises:
+    ValueError naming the arrays when one is missing or their shapes
+    disagree.
+  """
+  agg.check_mode(aggregation, horizon)
+  if divergence not in _VALID:
+    raise ValueError(f"divergence={divergence!r} is unknown; choose one of "
+                     f"{tuple(_VALID)}.")
+  delta_low = DPPO_DELTA[divergence] if delta_low is None else delta_low
+  delta_high = DPPO_DELTA[divergence] if delta_high is None else delta_high
+  _kit.check_hparam("delta_low", delta_low, low=0.0)
+  _kit.check_hparam("delta_high", delta_high, low=0.0)
+  _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  if (sampler_topk_logp is None) != (topk_logp is None):
+    raise ValueError(
+        "dppo_topk takes the sampler's top-K log-probs (sampler_topk_logp) "
+        "and the policy's at the same ids (topk_logp) together; got one "
+        "of them. The trainer passes both with "
+        "config.rollout.record_topk = K > 0.")
+  batch = _kit.prepare(logp, old_logp, advantages, mask)
+  ref = offpolicy.behaviour_logp(sampler_logp, batch.old_logp, batch.mask)
+  if topk_logp is None:
+    # No top-K recorded (a direct call): the set is the sampled token
+    # alone, which is DPPO's binary approximation.
+    sampler_topk_logp, topk_logp = ref[..., None], batch.logp[..., None]
+  sampler_topk_logp = jnp.asarray(sampler_topk_logp)
+  topk_logp = jnp.asarray(topk_logp)
+  for name, array in (("sampler_topk_logp", sampler_topk_logp),
+                      ("topk_logp", topk_logp)):
+    if array.ndim != 3 or array.shape[:2] != batch.mask.shape:
+      raise ValueError(
+          f"{name} must be [N, T, K] with [N, T] = {batch.mask.shape}; got "
+          f"shape {array.shape}.")
+  if topk_logp.shape != sampler_topk_logp.shape:
+    raise ValueError(
+        f"topk_logp {topk_logp.shape} and sampler_topk_logp "
+        f"{sampler_topk_logp.shape} must have the same shape (the same K).")
+  x = _kit.clipped_log_ratio(batch.logp, ref)
+  # Padding may hold NaN: select, never multiply; the mask is detached.
+  real = batch.mask[..., None] > 0
+  clean = lambda a: jax.lax.stop_gradient(
+      jnp.where(real, jnp.minimum(a.astype(jnp.float32), 0.0), 0.0))
+  d = topk_divergence(clean(topk_logp), clean(sampler_topk_logp), divergence)
+  # The sampled token's move decides which direction is blocked.
+  p = jnp.exp(jax.lax.stop_gradient(jnp.minimum(batch.logp, 0.0)))
+  mu = jnp.exp(jnp.minimum(ref, 0.0))
+  valid = jnp.where(batch.advantages > 0, ~((d > delta_high) & (p > mu)),
+                    ~((d > delta_low) & (p < mu)))
+  return _gated(batch, x, valid, is_cap, aggregation=aggregation,
+                horizon=horizon, token_weights=token_weights,
+                extra={"topk_divergence": measures.Moments.of(d, batch.mask)})

@@ -197,11 +197,32 @@ def make(name: str, **options) -> Objective:
       reads=tuple(meta.get("reads", ())), init=init, loss=loss,
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon),
       update=update,
-      prepass=None if prepass_spec is None else functools.partial(
-          prepass_spec.stats, **_accepted(prepass_spec.stats, resolved)),
+      prepass=None if prepass_spec is None else _bound_prepass(
+          prepass_spec.stats, resolved),
       weighting=takes, behaviour_weight=bool(weighs))
   _check_values(objective)
   return objective
+
+
+def example_reads(name: str, logp, old_logp) -> dict:
+  """Arrays for `name`'s reads that cannot be left None (the top-K
+  log-probs of `divergence.dppo_topk`), built from [N, T] log-probs by the
+  entry's ``example_reads`` metadata; {} for most objectives. For checks
+  and the contract laws, never for training."""
+  build = OBJECTIVES.entry(name).meta.get("example_reads")
+  return {} if build is None else dict(build(logp, old_logp))
+
+
+def _bound_prepass(stats: Callable, resolved: dict) -> Callable:
+  """``prepass(logp, old_logp, advantages, mask, **reads)``: `stats` with
+  its options bound; of the batch arrays the trainer passes (the
+  objective's reads) it takes those its signature names (F-TIS's filter
+  reads ``sampler_logp``), the others are dropped."""
+  bound = functools.partial(stats, **_accepted(stats, resolved))
+
+  def prepass(logp, old_logp, advantages, mask, **reads):
+    return bound(logp, old_logp, advantages, mask, **_accepted(stats, reads))
+  return prepass
 
 
 def _check_values(objective: Objective) -> None:
@@ -210,4 +231,5 @@ def _check_values(objective: Objective) -> None:
   ones = jnp.ones((1, 1), jnp.float32)
   args = (-ones, -ones, jnp.ones((1,), jnp.float32), ones)
   stats = None if objective.prepass is None else objective.prepass(*args)
-  objective.loss(objective.init(), *args, batch_stats=stats)
+  objective.loss(objective.init(), *args, batch_stats=stats,
+                 **example_reads(objective.name, -ones, -ones))

@@ -230,7 +230,18 @@ def abstract_batch(config, *, rows: int, prompt_length: int,
       advantages=f32(rows, t) if token_advantages else f32(rows),
       old_logp=None if on_policy else f32(rows, t),
       ref_logp=f32(rows, t) if config.kl.beta > 0 else None,
-      sampler_logp=f32(rows, t), temperature=f32(rows))
+      sampler_logp=f32(rows, t), temperature=f32(rows),
+      **_abstract_topk(config, rows, t))
+
+
+def _abstract_topk(config, rows: int, t: int) -> dict:
+  """The sampler's top-K arrays, [rows, T, K], when it records them."""
+  k = int(config.rollout.get("record_topk", 0))
+  if not k:
+    return {}
+  return dict(sampler_topk_ids=jax.ShapeDtypeStruct((rows, t, k), jnp.int32),
+              sampler_topk_logp=jax.ShapeDtypeStruct((rows, t, k),
+                                                     jnp.float32))
 
 
 class StepShapes(NamedTuple):

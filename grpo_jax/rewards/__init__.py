@@ -1,4 +1,5 @@
-"""Rewards: verifiers score the text, shapers add columns from token counts.
+"""Rewards: verifiers score the text, shapers add columns from token counts,
+correctness, the sampler's log-probs, the step and per-prompt history.
 
 Verifiers (`VERIFIERS`, ``rewards.functions`` in a config) are plain callables
 over a batch of N completions,
@@ -10,14 +11,23 @@ and `score` runs several of them with weights (in training each completion
 in a worker process, `workers`): a function that raises, hangs past its
 timeout or kills its worker on one completion costs that completion its
 reward (0), is counted, and never stops a run. Shapers (`SHAPERS`) act on
-token counts, which only the sampler knows exactly: `overlong_penalty`
-(DAPO, arXiv 2503.14476).
+token counts, which only the sampler knows exactly, and what else they read
+(`shapers.READS`): `overlong_penalty` (DAPO, arXiv 2503.14476), `lcpo`,
+`grpo_lead`, `hapo_length` (per-prompt state), `length_budget`, `consteer`,
+`pow3r`; the shape stage that runs them is `shaping`.
 
 | name          | kind     | value                                               |
 |---------------|----------|-----------------------------------------------------|
 | ``accuracy``  | verifier | 1 if math-verify finds the reference answer, else 0 |
 | ``format``    | verifier | 1 if the completion ends with ``\\boxed{...}``       |
+| ``boxed_once``, ``shows_work``, ``concise`` | verifier | rubric criteria (`rubric`) |
 | ``overlong``  | shaper   | 0, then a ramp to -1 near the length limit          |
+| ``lcpo``      | shaper   | L1's target-length reward (target in the prompt)    |
+| ``grpo_lead`` | shaper   | exp(-alpha z) for correct, -1 for wrong answers     |
+| ``hapo_length`` | shaper | cosine length reward vs. the prompt's history       |
+| ``length_budget`` | shaper | clip(1 - n / B_t, 0, 1), B_t tightening         |
+| ``consteer``  | shaper   | +-lam x the sampler's confidence                    |
+| ``pow3r``     | shaper   | rubric criteria reweighted by their contrast        |
 
 A new one is a function in `verifiers.py` or `shapers.py` under the
 registry's decorator, with the range of its values (``range=(lo, hi)``):
@@ -27,16 +37,26 @@ the advantage estimator's domain.
 
 from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
                                       group_advantages, score)
-from grpo_jax.rewards.shapers import SHAPERS, make_shaper, overlong_penalty
+from grpo_jax.rewards import rubric
+from grpo_jax.rewards.length_shapers import (grpo_lead, hapo_length, lcpo,
+                                             lead_reweight, length_budget)
+from grpo_jax.rewards.shaping import (ShapeStage, check_shapers,
+                                      make_shape_stage)
+from grpo_jax.rewards.shapers import (SHAPERS, Shaper, make_shaper,
+                                      overlong_penalty, shaper_range)
+from grpo_jax.rewards.signal_shapers import consteer, pow3r
 from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
                                         RewardFn, accuracy, answer_is_correct,
                                         format_reward, math_answer)
 
 __all__ = [
     "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
-    "ScoreResult", "VERIFIERS", "accuracy", "answer_is_correct",
-    "column_ranges", "format_reward", "get", "group_advantages",
-    "make_shaper", "math_answer", "names", "overlong_penalty", "score"]
+    "ScoreResult", "ShapeStage", "Shaper", "VERIFIERS", "accuracy",
+    "answer_is_correct", "check_shapers", "column_ranges", "consteer",
+    "format_reward", "get", "group_advantages", "grpo_lead", "hapo_length",
+    "lcpo", "lead_reweight", "length_budget", "make_shape_stage",
+    "make_shaper", "math_answer", "names", "overlong_penalty", "pow3r",
+    "rubric", "score", "shaper_range"]
 
 # The reward functions (verifiers) by name.
 names = VERIFIERS.names
@@ -45,6 +65,9 @@ get = VERIFIERS.get
 
 def column_ranges(functions, shapers=()) -> tuple:
   """The declared ``(lo, hi)`` of each reward column, None where a reward
-  declares none: the reward functions' (`VERIFIERS`), then the shapers'."""
+  declares none: the reward functions' (`VERIFIERS`), then the shapers'
+  (`shapers`: names, or name -> options, which a range may depend on)."""
+  options = lambda n: ({k: v for k, v in shapers[n].items() if k != "weight"}
+                       if hasattr(shapers, "items") else {})
   return (tuple(VERIFIERS.entry(n).meta.get("range") for n in functions)
-          + tuple(SHAPERS.entry(n).meta.get("range") for n in shapers))
+          + tuple(shaper_range(n, **options(n)) for n in shapers))

@@ -3,8 +3,10 @@
 | stage  | name               | what it does                                  |
 |--------|--------------------|-----------------------------------------------|
 | select | ``uniform``        | the task's own order of prompts               |
+| select | ``prioritized``    | by SPO's tracker, sqrt(p(1-p)) + 0.05         |
 | groups | ``all_groups``     | every group of one round (GRPO)               |
 | groups | ``dynamic_sampling`` | resample until P groups have signal (DAPO)  |
+| groups | ``guided_correction`` | a reference row in all-wrong groups (EDGE) |
 | rows   | ``all_rows``       | every sampled token trains                    |
 | rows   | ``mask_truncated`` | truncated completions leave the loss (DAPO)   |
 
@@ -27,6 +29,10 @@ from grpo_jax.strategies._kit import Selection
 from grpo_jax.strategies._kit import SELECTIONS
 from grpo_jax.strategies.groups import all_groups
 from grpo_jax.strategies.groups import dynamic_sampling
+from grpo_jax.strategies.groups import guided_correction
+from grpo_jax.strategies.groups import inject_reference
+from grpo_jax.strategies.groups import References
 from grpo_jax.strategies.rows import all_rows
 from grpo_jax.strategies.rows import mask_truncated
+from grpo_jax.strategies.select import prioritized
 from grpo_jax.strategies.select import uniform

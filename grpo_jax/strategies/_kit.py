@@ -42,12 +42,14 @@ class Selected(NamedTuple):
 
 
 class Selection(NamedTuple):
-  """A bound prompt selection: ``select(task, step, round, num_prompts) ->
-  examples`` (stateless for now; a stateful one will take and return its
-  state like the other stages)."""
+  """A bound prompt selection: ``select(task, step, round, num_prompts,
+  **states) -> examples``, `states` the other stages' states it reads by
+  name (its metadata ``reads``, e.g. ``advantage``: SPO's tracker for the
+  prioritised draw); stateless itself."""
   name: str
   init: Callable[[], Any]
   select: Callable
+  reads: Tuple[str, ...] = ()
 
 
 class GroupStrategy(NamedTuple):
@@ -58,13 +60,18 @@ class GroupStrategy(NamedTuple):
     rounds_per_step: the most sampling rounds a step may draw (the prompt
       index of round r of step s is ``s * rounds_per_step + r``).
     init: ``init() -> state``.
-    apply: ``apply(state, draw, num_prompts) -> (Selected, state)`` where
-      ``draw(r)`` samples and scores round r (a `rollout.Round`).
+    apply: ``apply(state, draw, num_prompts, **helpers) -> (Selected,
+      state)`` where ``draw(r)`` samples and scores round r (a
+      `rollout.Round`) and `helpers` are the rollout's functions its
+      metadata ``reads`` names (``reference``: EDGE-GRPO's reference rows
+      of a round, `groups.References`).
+    reads: the helpers it takes.
   """
   name: str
   rounds_per_step: int
   init: Callable[[], Any]
   apply: Callable
+  reads: Tuple[str, ...] = ()
 
 
 class RowStrategy(NamedTuple):
@@ -79,24 +86,33 @@ class RowStrategy(NamedTuple):
 def make_selection(name: str, *, rounds_per_step: int = 1,
                    **options) -> Selection:
   """The `Selection` `name`; round r of step s reads prompt index
-  ``s * rounds_per_step + r``."""
-  SELECTIONS.check_options(name, options)
+  ``s * rounds_per_step + r``, and the stage states its metadata ``reads``
+  (keyword arguments, not options)."""
+  reads = tuple(SELECTIONS.entry(name).meta.get("reads", ()))
+  SELECTIONS.check_options(name, options, exclude=reads)
   fn = functools.partial(SELECTIONS.get(name), **options)
 
-  def select(task, step, round_index, num_prompts):
-    return fn(task, step * rounds_per_step + round_index, num_prompts)
-  return Selection(name, lambda: (), select)
+  def select(task, step, round_index, num_prompts, **states):
+    return fn(task, step * rounds_per_step + round_index, num_prompts,
+              **states)
+  return Selection(name, lambda: (), select, reads)
 
 
 def make_group_strategy(name: str, **options) -> GroupStrategy:
   """The `GroupStrategy` `name` with `options` bound."""
-  GROUP_STRATEGIES.check_options(name, options)
   entry = GROUP_STRATEGIES.entry(name)
+  reads = tuple(entry.meta.get("reads", ()))
+  GROUP_STRATEGIES.check_options(name, options, exclude=reads)
   fn = functools.partial(entry.fn, **options)
   rounds = entry.meta["rounds_per_step"](**options)
-  return GroupStrategy(
-      name, rounds, lambda: (),
-      lambda state, draw, num_prompts: (fn(draw, num_prompts), state))
+
+  def apply(state, draw, num_prompts, **helpers):
+    missing = [k for k in reads if k not in helpers]
+    if missing:
+      raise ValueError(f"group strategy {name!r} needs the rollout's "
+                       f"{missing[0]!r} helper; pass {missing[0]}=.")
+    return fn(draw, num_prompts, **{k: helpers[k] for k in reads}), state
+  return GroupStrategy(name, rounds, lambda: (), apply, reads)
 
 
 def make_row_strategy(name: str, **options) -> RowStrategy:

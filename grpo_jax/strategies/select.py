@@ -12,16 +12,21 @@ def uniform(task, index, num_prompts):
   return task.train(index, num_prompts)
 
 
-def prioritized(task, index, num_prompts, *, priorities):
-  """SPO's prioritised prompt draw (seed 002 para. 7, verl recipe/spo):
-  `num_prompts` distinct training problems, drawn without replacement with
-  probability proportional to ``priorities[x]``, x the problem's
-  `data.Example.index`; a pure function of (task seed, index, priorities).
+def beta_priorities(tracker, *, floor: float = 0.05) -> np.ndarray:
+  """[capacity] float64 w_x = sqrt(p_x (1 - p_x)) + floor of a per-prompt
+  Beta tracker (``alpha``, ``beta`` [capacity]; SPO's `SPOState`),
+  p_x = alpha / (alpha + beta)."""
+  alpha = np.asarray(tracker.alpha, np.float64)
+  beta = np.asarray(tracker.beta, np.float64)
+  p = alpha / (alpha + beta)
+  return np.sqrt(np.clip(p * (1.0 - p), 0.0, None)) + floor
 
-  ``priorities`` is `advantages.trackers.spo_priority(state)` of the SPO
-  tracker, w_x = sqrt(p_x (1 - p_x)) + 0.05. Not registered yet: a
-  selection is called without any stage's state (`_kit.Selection`), so it
-  cannot read the estimator's tracker; see `_kit.make_selection`.
+
+def draw_by_priority(task, index, num_prompts, priorities):
+  """`num_prompts` distinct training problems of `task`, drawn without
+  replacement with probability proportional to ``priorities[x]``, x the
+  problem's `data.Example.index`; a pure function of (task seed, index,
+  priorities).
 
   Args:
     task: a task with ``train_indices()`` and ``example(index)``.
@@ -49,3 +54,41 @@ def prioritized(task, index, num_prompts, *, priorities):
   picked = rng.choice(candidates, size=num_prompts, replace=False,
                       p=weights / weights.sum())
   return [task.example(int(x)) for x in picked]
+
+
+@SELECTIONS.register(reads=("advantage",), paper="SPO (seed 002 para. 7)",
+                     examples=({}, {"floor": 0.1}))
+def prioritized(task, index, num_prompts, *, advantage, floor: float = 0.05):
+  """SPO's prioritised prompt draw (seed 002 para. 7, verl recipe/spo):
+  P distinct training problems drawn without replacement, problem x with
+  probability proportional to
+
+    w_x = sqrt(p_x (1 - p_x)) + floor,   p_x = alpha_x / (alpha_x + beta_x)
+
+  from the estimator's per-prompt Beta tracker as it stood after the
+  previous step (`advantages.trackers.SPOState`, the state ``advantage``).
+  Uncertain problems (p near 1/2) come most often, solved and hopeless
+  ones at the floor. A pure function of (task seed, index, tracker): every
+  process and every resume draw the same. verl draws from a pool of 14000
+  candidates (``gen_batch_size``); here the pool is every training problem.
+
+  Args:
+    task: a task with ``train_indices()`` and ``example(index)`` (the
+      arithmetic task, GSM8K, JSONL).
+    index: the round's prompt index (``step * rounds_per_step + round``).
+    num_prompts: P.
+    advantage: the estimator's state, a tracker with ``alpha`` and ``beta``
+      [capacity] covering the task's problem indices.
+    floor: the exploration floor added to every weight (0.05), > 0 so that
+      every problem stays drawable.
+  """
+  if not floor > 0.0:
+    raise ValueError(f"floor={floor!r} must be > 0 (every problem keeps a "
+                     "chance to be drawn).")
+  if not hasattr(advantage, "alpha") or not hasattr(advantage, "beta"):
+    raise ValueError(
+        "the prioritized selection reads a per-prompt Beta tracker (alpha, "
+        "beta) from the advantage estimator's state, which this estimator "
+        "does not keep; use advantage.name='spo'.")
+  return draw_by_priority(task, index, num_prompts,
+                          beta_priorities(advantage, floor=floor))

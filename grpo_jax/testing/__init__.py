@@ -2,7 +2,8 @@
 
 Tests import chex through this module so that tolerances and conventions live
 in one place. The contract laws of each kind are plain functions in
-`grpo_jax.testing.estimator_laws` and `grpo_jax.testing.objective_laws`:
+`grpo_jax.testing.estimator_laws`, `grpo_jax.testing.objective_laws` and
+`grpo_jax.testing.credit_laws`:
 the suites in tests/contracts and the notebooks both call them.
 """
 

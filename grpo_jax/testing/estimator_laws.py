@@ -39,8 +39,9 @@ def group_fields(key, rewards, lengths) -> dict:
   """Random values of every optional `groups.GroupData` field for rewards
   [P, G, K] and lengths [P, G]: summed log-probs (mean -0.05 .. -2 a
   token), mean entropies in [0.1, 2), answer classes of three answers and
-  none, prompt indices 0 .. P-1, segment fields, and greedy rewards (each
-  column of member 0 halved plus 0.25, ReMax's baseline)."""
+  none, prompt indices 0 .. P-1, segment fields, greedy rewards (each
+  column of member 0 halved plus 0.25, ReMax's baseline) and divergences
+  in [0, 0.2) (SPO's KL-adaptive rho)."""
   p, g = lengths.shape
   keys = jax.random.split(key, 3)
   mean_logp = -jax.random.uniform(keys[0], (p, g), minval=0.05, maxval=2.0)
@@ -51,6 +52,8 @@ def group_fields(key, rewards, lengths) -> dict:
           jax.random.randint(keys[2], (p, g), -1, 3))),
       prompt_index=jnp.arange(p, dtype=jnp.int32),
       greedy_rewards=rewards[:, 0, :] * 0.5 + 0.25,
+      divergence=jax.random.uniform(jax.random.fold_in(key, 11), (p,),
+                                    maxval=0.2),
       **_segment_fields(jax.random.fold_in(key, 7), p, g))
 
 

@@ -36,7 +36,8 @@ def sampled_groups(out, reward, resample):
 
 def learn_trivial_task(estimator, *, objective=None, group_data=None,
                        steps=25, prompts=2, group=4, t=4, lr=5e-2,
-                       num_minibatches=2, on_step=None):
+                       num_minibatches=2, on_step=None, credit=None,
+                       corrections=(), record_topk=0):
   """Mean rewards of a short off-policy run on the trivial task.
 
   Args:
@@ -50,8 +51,18 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
       completion and the learning rate of `optim.make_optimizer`.
     num_minibatches: optimiser steps per batch.
     on_step: ``on_step(reward, advantages, records)`` after each step: the
-      estimator's advantages ([P, G] or [N, T]) and `measures.values` of
-      each minibatch's update.
+      estimator's advantages ([P, G] or [N, T]; with `credit`, the rule's
+      [N, T]) and `measures.values` of each minibatch's update (with
+      `credit`, its measures as ``credit/<name>``).
+    credit: a `credit.Credit` rule applied after the estimator, as the
+      rollout does (the sampler's entropies and tokens, the rewards, G);
+      a mask it returns narrows the loss tokens.
+    corrections: `corrections.make(...)` records weighing the objective's
+      terms (FIPO's influence weights, say); the batch here carries no
+      ``sampler_logp``, so sampler-mismatch corrections do not apply.
+    record_topk: K > 0: the sampler records its top-K ids and log-probs
+      and the batch carries them with ``sampler_logp`` (DPPO's top-K
+      forms read them).
 
   Returns:
     (the mean reward of each step, the list of `on_step` results).
@@ -69,7 +80,8 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
     objective = objectives.make("ppo_clip", aggregation="token_mean")
   optimizer = optim.make_optimizer(learning_rate=lr)
   update = train.make_update_fn(model_config=config, optimizer=optimizer,
-                                objective=objective, chunk_size=16)
+                                objective=objective,
+                                corrections=corrections, chunk_size=16)
   state = train.init_state(
       models.init_params(config, jax.random.PRNGKey(0)), optimizer, seed=0,
       components={"objective": objective, "advantage": estimator})
@@ -81,22 +93,43 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
     resample = functools.partial(
         sampling.sample, state.params, config, prompt_tokens, prompt_mask,
         jax.random.fold_in(state.key, step), num_samples=group,
-        max_new_tokens=t, temperature=1.0, eos_ids=(), pad_id=0)
+        max_new_tokens=t, temperature=1.0, eos_ids=(), pad_id=0,
+        record_topk=record_topk)
     out = resample()
     reward = (out.tokens == TARGET).mean(axis=-1).reshape(prompts, group)
     history.append(float(reward.mean()))
     adv, adv_state = estimate(state.states["advantage"],
                               group_data(out, reward, resample))
     state = state._replace(states=dict(state.states, advantage=adv_state))
+    rows = adv.reshape(-1) if estimator.output == "group" else adv
+    loss_mask, credit_measures = out.mask, {}
+    if credit is not None:
+      credited, _ = credit.apply(
+          credit.init(), rows, out.mask, token_entropies=out.entropies,
+          tokens=out.tokens, rewards=reward.reshape(-1),
+          num_generations=group)
+      adv = rows = credited.advantages
+      if credited.mask is not None:
+        loss_mask = credited.mask
+      credit_measures = {f"credit/{k}": float(v)
+                         for k, v in credited.measures.items()}
+    topk = {}
+    if record_topk:
+      topk = dict(sampler_logp=out.tempered_logprobs,
+                  sampler_topk_ids=out.topk_ids,
+                  sampler_topk_logp=out.topk_logprobs)
     batch = batch_lib.assemble_batch(
         state.params, None, prompt_tokens, prompt_mask, out.tokens, out.mask,
-        out.mask, adv.reshape(-1) if estimator.output == "group" else adv,
-        model_config=config, temperature=1.0, chunk_size=16)
+        loss_mask, rows, model_config=config, temperature=1.0, chunk_size=16,
+        **topk)
     records = []
     for minibatch in train.minibatches(batch, num_minibatches):
       state, m = update(state, minibatch)
-      records.append(measures.values(m))
-      assert records[-1]["skipped_updates"] == 0.0
+      records.append(dict(measures.values(m), **credit_measures))
+      # Only a rule that narrows the loss mask can leave a minibatch
+      # without loss tokens (skipped and counted, not an error).
+      empty = records[-1]["empty_minibatches"] if credit is not None else 0.0
+      assert records[-1]["skipped_updates"] == empty
     if on_step is not None:
       hooked.append(on_step(reward, adv, records))
   return history, hooked

@@ -1,6 +1,6 @@
 """Contract suites of the smaller kinds, parametrised from their registries:
 regularisers, reward shapers and verifiers, KL estimators, prompt
-selections, group and row strategies, credit rules; and the state of every
+selections, group and row strategies; and the state of every
 component through a checkpoint. Each entry runs with each of its example
 options; registering one is enough to put it here. (Tasks need their data
 files and have their own tests in tests/test_data.py.)"""
@@ -14,7 +14,6 @@ import pytest
 
 from grpo_jax import advantages
 from grpo_jax import checkpoint
-from grpo_jax import credit
 from grpo_jax import kl
 from grpo_jax import objectives
 from grpo_jax import rewards
@@ -66,15 +65,45 @@ def test_regulariser_masked_equals_dropped_and_splits_exactly(
 # ------------------------------------------------------------- shapers
 
 
+def shaper_reads(shaper, lengths, state):
+  """Every array a shaper may read (`rewards.shapers.READS`) for 12 rows in
+  4 groups of 3: mixed correctness, random criteria and log-probs (-inf
+  on padding), a row without prompt id."""
+  n, t = lengths.shape[0], 12
+  rng = np.random.default_rng(0)
+  mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.float32)
+  arrays = dict(
+      correct=np.tile([1.0, 0.0, 1.0], n // 3),
+      formatted=np.tile([1.0, 1.0, 0.0], n // 3),
+      verified=rng.uniform(size=(n, 3)).round(0),
+      verifier_weights=np.asarray([0.5, 0.3, 0.2]), group_size=3, step=5,
+      prompt_index=np.repeat([0, 1, 2, -1], 3),
+      sampler_logp=np.where(mask > 0, -rng.exponential(size=(n, t)),
+                            -np.inf),
+      mask=mask, state=state)
+  return {k: arrays[k] for k in shaper.reads}
+
+
 @pytest.mark.parametrize("name,options", cases(rewards.SHAPERS))
 def test_shaper_gives_one_finite_float_per_completion(name, options):
   lengths = np.arange(0, 12)
-  column = rewards.make_shaper(name, **options)(lengths)
-  assert column.shape == lengths.shape and column.dtype == np.float32
-  assert np.all(np.isfinite(column))
-  # Within the range it declares (config.validate trusts it).
-  lo, hi = rewards.SHAPERS.entry(name).meta["range"]
-  assert np.all((lo <= column) & (column <= hi)), (column, lo, hi)
+  shaper = rewards.make_shaper(name, **options)
+  state = shaper.init()
+  for _ in range(2):  # a stateful shaper: from its initial state, then after
+    arrays = shaper_reads(shaper, lengths, state)
+    column = shaper(lengths, **arrays)
+    assert column.shape == lengths.shape and column.dtype == np.float32
+    assert np.all(np.isfinite(column))
+    # Within the range it declares (config.validate trusts it).
+    lo, hi = rewards.shaper_range(name, **options)
+    assert np.all((lo <= column) & (column <= hi)), (column, lo, hi)
+    arrays.pop("state", None)
+    new = shaper.update(state, lengths, **arrays)
+    # The state keeps its structure, shapes and dtypes (it is checkpointed).
+    assert jax.tree.structure(new) == jax.tree.structure(state)
+    for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state)):
+      assert a.shape == b.shape and a.dtype == b.dtype
+    state = new
 
 
 # ------------------------------------------------ group and row strategies
@@ -97,7 +126,12 @@ def _draw(r):
 @pytest.mark.parametrize("name,options", cases(strategies.GROUP_STRATEGIES))
 def test_group_strategy_keeps_p_groups_of_drawn_rounds(name, options):
   strategy = strategies.make_group_strategy(name, **options)
-  selected, state = strategy.apply(strategy.init(), _draw, 4)
+  # The rollout's helpers a strategy reads: reference rows that no verifier
+  # accepts (EDGE-GRPO's correction then keeps the round as drawn).
+  helpers = {"reference": lambda rnd: strategies.groups.References(
+      *[None] * 7, rewards=np.zeros(rnd.rewards.shape[::2]), errors=None)}
+  selected, state = strategy.apply(strategy.init(), _draw, 4,
+                                   **{k: helpers[k] for k in strategy.reads})
   assert state == strategy.init()
   assert len(selected.picks) == 4 and selected.valid.shape == (4,)
   assert 1 <= len(selected.rounds) <= strategy.rounds_per_step
@@ -121,17 +155,7 @@ def test_row_strategy_only_removes_tokens(name, options):
   assert np.all((out == 0) | (out == mask))  # a subset of the tokens
 
 
-@pytest.mark.parametrize("name,options", cases(credit.CREDIT))
-def test_credit_rule_keeps_shapes_and_zeroes_nothing_into_nan(name, options):
-  rule = credit.make(name, **options)
-  adv = jax.random.normal(jax.random.PRNGKey(1), (6,))
-  mask = testing.random_mask(jax.random.PRNGKey(2), (6, 5))
-  out, _ = rule.apply(rule.init(), adv, mask)
-  assert jnp.shape(out) in ((6,), (6, 5))
-  assert np.all(np.isfinite(np.asarray(out)))
-  # Zero advantages give zero credit.
-  zero, _ = rule.apply(rule.init(), jnp.zeros(6), mask)
-  testing.assert_close(zero, jnp.zeros(jnp.shape(zero)))
+# Credit rules have their own suite: tests/contracts/test_credit.py.
 
 
 # ------------------------------------------------ KL estimators, verifiers
@@ -159,12 +183,23 @@ def test_verifier_gives_one_finite_float_per_completion(name):
 def test_prompt_selection_is_a_pure_function_of_step_and_round(name,
                                                                 options):
   class Task:
+    seed = 0
     def train(self, index, batch_size):
       return [(index, i) for i in range(batch_size)]
+    def train_indices(self):
+      return np.arange(16)
+    def example(self, index):
+      return ("problem", index)
   select = strategies.make_selection(name, rounds_per_step=3, **options)
-  first = select.select(Task(), 2, 1, 4)
-  assert len(first) == 4 and first == select.select(Task(), 2, 1, 4)
-  assert first != select.select(Task(), 2, 2, 4)  # another round, new prompts
+  # The stage states a selection reads: a warm per-prompt Beta tracker.
+  tracker = advantages.SPOState(alpha=jnp.linspace(0.5, 9.0, 16),
+                                beta=jnp.linspace(9.0, 0.5, 16))
+  states = {read: {"advantage": tracker}[read] for read in select.reads}
+  first = select.select(Task(), 2, 1, 4, **states)
+  assert len(first) == 4 and first == select.select(Task(), 2, 1, 4,
+                                                    **states)
+  # another round, new prompts
+  assert first != select.select(Task(), 2, 2, 4, **states)
 
 
 # ------------------------------------- state round trip through a checkpoint
@@ -176,6 +211,8 @@ def _component_states():
                 objective_laws.cases(objectives.OBJECTIVES))}
   states.update({f"advantage/{e.name}": advantages.make(e.name).init()
                  for e in advantages.ESTIMATORS.entries()})
+  states.update({f"shape/{e.name}": rewards.make_shaper(
+      e.name, **e.examples[0]).init() for e in rewards.SHAPERS.entries()})
   return states
 
 

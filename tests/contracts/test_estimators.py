@@ -68,7 +68,8 @@ def test_metadata_and_record(name, options):
   assert entry.meta["input"] in ("PG", "PGK")
   assert entry.meta["output"] in ("group", "token")
   assert entry.meta["paper"]
-  assert set(entry.meta["reads"]) <= set(advantages.GroupData._fields)
+  assert set(advantages.meta(name, **options)["reads"]) <= set(
+      advantages.GroupData._fields)
   estimator = advantages.make(name, **options)
   assert (estimator.name, estimator.input, estimator.output) == (
       name, entry.meta["input"], entry.meta["output"])
@@ -83,7 +84,7 @@ def test_metadata_and_record(name, options):
 @pytest.mark.parametrize("name", advantages.names())
 def test_unknown_option_names_the_key_and_the_allowed_ones(name):
   allowed = advantages.ESTIMATORS.options(
-      name, exclude=advantages.ESTIMATORS.entry(name).meta["reads"])
+      name, exclude=advantages._kit.all_reads(name))  # pylint: disable=protected-access
   with pytest.raises(ValueError, match=r"'nope'.*use one of") as error:
     advantages.make(name, nope=1)
   for option in allowed:

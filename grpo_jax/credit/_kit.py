@@ -1,0 +1,141 @@
+"""The credit registry, the record a rule returns, and shared helpers.
+
+A rule is ``fn(advantages, mask, *, <reads>, <options>) -> Credited``:
+
+* `advantages`: the estimator's [N] row advantages (or its [N, T] token
+  ones); `mask`: the [N, T] loss mask (right-padded rows; the rows of filler
+  groups are all 0).
+* `<reads>`: arrays the rollout supplies by name (`READS`).
+* it returns `Credited`: [N, T] float32 token advantages, 0 under padding;
+  optionally a narrower loss mask; and scalar measurements.
+
+A weight w_t >= 0 that a paper multiplies into the per-token policy-gradient
+term is applied here as A_t = w_t * A. For an objective linear in A this is
+the same thing: ppo_clip's min(r w A, clip(r) w A) = w min(r A, clip(r) A)
+for w >= 0, and REINFORCE's -w A logp likewise.
+"""
+
+import math
+import numbers
+from typing import Any, Mapping, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax import measures
+from grpo_jax import registry
+
+CREDIT = registry.Registry("credit rule", positional=("advantages", "mask"))
+
+# The arrays the rollout can give a rule, by the name the rule reads:
+#   token_entropies  [N, T] float32, the sampler's (behaviour policy's)
+#                    entropy of the full tempered next-token distribution at
+#                    each token, 0 under padding. At the first optimiser step
+#                    of a batch it is the current policy's: the papers'
+#                    sg(ent).
+#   tokens           [N, T] int32, the sampled completion tokens.
+#   rewards          [N] float32, each row's weighted total reward (what a
+#                    "PG" estimator reads).
+#   num_generations  int G: rows are prompt major, group p is rows
+#                    p*G .. p*G + G - 1 (a static argument).
+READS = ("token_entropies", "tokens", "rewards", "num_generations")
+STATIC_READS = ("num_generations",)
+
+
+class Credited(NamedTuple):
+  """What a rule returns.
+
+  Attributes:
+    advantages: [N, T] float32 token advantages, 0 under padding (`uniform`
+      passes [N] through).
+    mask: a narrower [N, T] loss mask (a subset of the tokens), or None to
+      keep the rollout's.
+    measures: name -> scalar float32, reported as ``credit/<rule>/<name>``.
+  """
+  advantages: Any
+  mask: Optional[Any] = None
+  measures: Mapping[str, Any] = {}
+
+
+class OptionError(ValueError):
+  """A bad option value; `key` names the option."""
+
+  def __init__(self, key: str, message: str):
+    super().__init__(message)
+    self.key = key
+
+
+def check_real(key: str, value, *, low=None, high=None, low_open=False,
+               high_open=False) -> None:
+  """OptionError unless `value` is a finite real number in the given range
+  (NaN is never in range: it would silently turn a rule off)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise OptionError(key, f"{key} must be a real number; got {value!r}.")
+  if math.isinf(value):
+    raise OptionError(key, f"{key} must be finite; got {value!r}.")
+  bad = math.isnan(value) or (
+      low is not None and (value < low or (low_open and value == low))) or (
+          high is not None and (value > high or (high_open and value == high)))
+  if bad:
+    if high is None:
+      span = f"{'>' if low_open else '>='} {low}"
+    else:
+      span = (f"in {'(' if low_open else '['}{low}, "
+              f"{high}{')' if high_open else ']'}")
+    raise OptionError(key, f"{key} must be {span}; got {value!r}: set a "
+                      f"value {span}.")
+
+
+def check_choice(key: str, value, choices) -> None:
+  if value not in choices:
+    raise OptionError(key, f"{key}={value!r} is unknown; choose one of "
+                      f"{', '.join(map(repr, choices))}.")
+
+
+def real(mask) -> jnp.ndarray:
+  """[N, T] bool: the loss tokens."""
+  return jnp.asarray(mask) > 0
+
+
+def as_tokens(advantages, mask) -> jnp.ndarray:
+  """[N] or [N, T] advantages as [N, T] float32, 0 under padding."""
+  advantages = jnp.asarray(advantages, jnp.float32)
+  mask = jnp.asarray(mask)
+  if advantages.ndim == 1:
+    advantages = advantages[:, None]
+  advantages = jnp.broadcast_to(advantages, mask.shape)
+  return jnp.where(real(mask), advantages, 0.0)
+
+
+def row_advantages(advantages, name: str) -> jnp.ndarray:
+  """[N] advantages; a rule that reads a row's sign needs them per row."""
+  advantages = jnp.asarray(advantages, jnp.float32)
+  if advantages.ndim != 1:
+    raise ValueError(
+        f"credit rule {name!r} needs one advantage per row ([N]); got shape "
+        f"{advantages.shape} (a token-level estimator): pick a group-level "
+        "estimator.")
+  return advantages
+
+
+def masked_entropies(entropies, mask) -> jnp.ndarray:
+  """sg(entropies) [N, T] float32, 0 under padding (NaN there too)."""
+  entropies = jax.lax.stop_gradient(jnp.asarray(entropies, jnp.float32))
+  return jnp.where(real(mask), entropies, 0.0)
+
+
+def grouped(x, num_generations: int):
+  """[N, ...] as [P, G, ...]."""
+  x = jnp.asarray(x)
+  return x.reshape((x.shape[0] // num_generations, num_generations)
+                   + x.shape[1:])
+
+
+def fraction(selected, where) -> jnp.ndarray:
+  """The share of `where`'s entries that are `selected` (0 if none)."""
+  return measures.Mean.of(jnp.asarray(selected, jnp.float32), where).value()
+
+
+def mean(values, where) -> jnp.ndarray:
+  """The mean of `values` over `where` (0 if empty)."""
+  return measures.Mean.of(values, where).value()
