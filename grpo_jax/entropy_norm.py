@@ -30,9 +30,11 @@ and h_hat of its batch (`normalised_entropy`), carries the statistics to the
 next step's sampler, and hands h_hat to the objective (`Batch.entropy_hat`).
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 # HAPO's floors: the log's argument, the variance and the scales' divisors.
 EPS = 1e-8
@@ -186,3 +188,43 @@ class EntropyTemperature(NamedTuple):
     if not self.tau > 0:
       return None
     return TemperatureRule(jnp.float32(self.tau), state)
+
+
+# One compiled program per batch shape.
+_normalised_entropy = jax.jit(normalised_entropy,
+                              static_argnames=("pivot", "legacy_sign"))
+
+
+def batch_entropy_hat(stage: EntropyTemperature,
+                      rule: Optional[TemperatureRule], token_entropies,
+                      loss_mask, sample_mask, *, token_temperatures=None,
+                      base=None):
+  """h_hat of a batch and its statistics, over the loss tokens, from the
+  sampler's [N, T] entropies at the temperatures it drew at.
+
+  Returns:
+    (the `assemble` keywords: ``entropy_hat`` when an objective reads it,
+    the per-token ``temperature`` [N, T] with a `rule`; the statistics for
+    the next step's sampler; measurements). `base` [N]: each row's own
+    temperature, to count the tokens the rule adapted.
+  """
+  h_hat, stats = _normalised_entropy(
+      jnp.asarray(token_entropies), jnp.asarray(loss_mask),
+      pivot=float(stage.pivot), legacy_sign=bool(stage.legacy_sign))
+  h_hat = np.asarray(h_hat)
+  real = np.asarray(loss_mask) > 0
+  out = {"entropy_hat": h_hat} if stage.entropy_hat else {}
+  m = {"entropy_hat/high_share": float((real & (h_hat > 0)).sum()
+                                       / max(real.sum(), 1))}
+  if rule is not None:
+    out["temperature"] = token_temperatures
+    sampled = np.asarray(sample_mask) > 0
+    # A token drawn at another temperature than its row's was adapted.
+    adapted = sampled & ~np.isclose(token_temperatures,
+                                    np.asarray(base)[:, None],
+                                    rtol=1e-6, atol=0.0)
+    total = max(sampled.sum(), 1)
+    m["sampler/adapted_share"] = float(adapted.sum() / total)
+    m["sampler/temperature_mean"] = float(
+        (token_temperatures * sampled).sum() / total)
+  return out, stats, m

@@ -21,6 +21,7 @@ neither read nor written (its D is 0). After verl's ``recipe/spo``
 from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 
 class Revisits(NamedTuple):
@@ -120,7 +121,8 @@ def make(*, capacity: int = 0, num_tokens: int = 0) -> Memory:
 
 def revisit(memory: Revisits, prompt_index, write, prompt_tokens,
             prompt_mask, tokens, mask, *, score: Callable):
-  """(D [P], the new memory) for one step's prompts: the stored responses
+  """(D [P], the new memory, measurements) for one step's prompts: the
+  stored responses
   and the new ones ([P, T] `tokens`, `mask`) scored in one pass under the
   current policy, D against the stored log-probs, then the new responses
   and their log-probs stored where `write` [P] (valid groups).
@@ -135,6 +137,7 @@ def revisit(memory: Revisits, prompt_index, write, prompt_tokens,
       logp [R, T]``: the trainer's log-probs under the current policy at
       the responses' temperature, as numpy.
   """
+  seen = np.asarray(lookup(memory, prompt_index).mask).any(-1)
   stored = lookup(memory, prompt_index)
   prompt_tokens = jnp.asarray(prompt_tokens, jnp.int32)
   prompt_mask = jnp.asarray(prompt_mask, jnp.float32)
@@ -148,5 +151,11 @@ def revisit(memory: Revisits, prompt_index, write, prompt_tokens,
   logp = jnp.asarray(score(rows, input_mask, prompt_tokens.shape[1]))
   num_prompts = prompt_tokens.shape[0]
   gap = divergence(stored.logp, logp[:num_prompts], stored.mask)
+  valid = np.asarray(write, bool)
+  count = max(valid.sum(), 1)
+  measures = {
+      "revisits/divergence_mean": float((np.asarray(gap) * valid).sum()
+                                        / count),
+      "revisits/revisited_share": float((seen & valid).sum() / count)}
   return gap, store(memory, prompt_index, tokens, mask, logp[num_prompts:],
-                    write)
+                    write), measures

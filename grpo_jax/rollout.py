@@ -401,29 +401,6 @@ class _Rows(NamedTuple):  # what `_score` reads of a sampler's output
   lengths: np.ndarray
 
 
-def _revisit(params, pipeline: Pipeline, memory, selected, gather):
-  """(divergence [P], the new `revisits.Revisits`, measurements): each
-  prompt's stored response rescored under `params` against its stored
-  log-probs, then member 0's response stored (`revisits.revisit`)."""
-  s = pipeline.sampler
-  temperature = float(member_temperatures(s)[0])
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
-      buckets=s.prompt_buckets, pad_id=s.pad_id)
-  prompt_index = gather("prompt_index")
-  seen = np.asarray(revisits_lib.lookup(memory, prompt_index).mask).any(-1)
-  divergence, memory = revisits_lib.revisit(
-      memory, prompt_index, selected.valid, prompt_tokens, prompt_mask,
-      gather("tokens")[:, 0], gather("mask")[:, 0],
-      score=lambda *rows: pipeline.logprobs(params, *rows, temperature)[0])
-  valid = np.asarray(selected.valid)
-  count = max(valid.sum(), 1)
-  return divergence, memory, {
-      "revisits/divergence_mean": float(
-          (np.asarray(divergence) * valid).sum() / count),
-      "revisits/revisited_share": float((seen & valid).sum() / count)}
-
-
 # -------------------------------------------------------------- a step
 
 
@@ -471,10 +448,19 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   gather = lambda field: _gather(selected, field)
   t1 = time.perf_counter()
 
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
+      buckets=pipeline.sampler.prompt_buckets,
+      pad_id=pipeline.sampler.pad_id)
   divergence, revisit_measures = None, {}
   if "divergence" in c["advantage"].reads:  # SPO's KL-adaptive rho
-    divergence, states["revisits"], revisit_measures = _revisit(
-        params, pipeline, states["revisits"], selected, gather)
+    # Each prompt's stored response rescored, then member 0's stored.
+    temperature = float(member_temperatures(pipeline.sampler)[0])
+    divergence, states["revisits"], revisit_measures = revisits_lib.revisit(
+        states["revisits"], gather("prompt_index"), selected.valid,
+        prompt_tokens, prompt_mask, gather("tokens")[:, 0],
+        gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
+            params, *rows, temperature)[0])
   answer_ids = None
   if selected.rounds[0].answer_ids is not None:
     answer_ids = jnp.asarray(gather("answer_ids"), jnp.int32)
@@ -510,17 +496,15 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   loss_mask, states["rows"] = c["rows"].apply(
       states["rows"], loss_mask,
       **{name: rows(gather(name)) for name in c["rows"].reads})
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
-      buckets=pipeline.sampler.prompt_buckets,
-      pad_id=pipeline.sampler.pad_id)
   sampler_logp = rows(gather("sampler_logp"))
   topk = {name: rows(gather(name)) for name in TOPK_FIELDS
           if getattr(selected.rounds[0], name) is not None}
   entropy, entropy_measures = {}, {}
   if entropy_stage is not None and entropy_stage.active:
-    entropy, stats, entropy_measures = _entropy_hat(
-        entropy_stage, rule, gather, rows, loss_mask, sample_mask,
+    entropy, stats, entropy_measures = entropy_norm.batch_entropy_hat(
+        entropy_stage, rule, rows(gather("token_entropies")), loss_mask,
+        sample_mask, token_temperatures=None if rule is None
+        else rows(gather("token_temperatures")),
         base=np.tile(member_temperatures(pipeline.sampler), p))
     if rule is not None:  # the next step's sampler reads these
       states["temperature"] = entropy_norm.newer(stats, rule.stats)
@@ -537,40 +521,6 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   measurements.update(entropy_measures)
   measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
   return batch, measurements, states
-
-
-# HAPO's batch statistic, one compiled program per shape.
-_normalised_entropy = jax.jit(entropy_norm.normalised_entropy,
-                              static_argnames=("pivot", "legacy_sign"))
-
-
-def _entropy_hat(stage, rule, gather, rows, loss_mask, sample_mask, *,
-                 base):
-  """HAPO's h_hat of the batch and its statistics, over the loss tokens
-  (`entropy_norm.normalised_entropy` of the sampler's entropies at the
-  temperatures it drew at), as the `assemble` keywords: ``entropy_hat``
-  when an objective reads it, the per-token ``temperature`` with a rule;
-  and the measurements (`base`: [N] each row's own temperature)."""
-  h_hat, stats = _normalised_entropy(
-      jnp.asarray(rows(gather("token_entropies"))), jnp.asarray(loss_mask),
-      pivot=float(stage.pivot), legacy_sign=bool(stage.legacy_sign))
-  h_hat = np.asarray(h_hat)
-  real = np.asarray(loss_mask) > 0
-  count = max(real.sum(), 1)
-  out = {"entropy_hat": h_hat} if stage.entropy_hat else {}
-  m = {"entropy_hat/high_share": float((real & (h_hat > 0)).sum() / count)}
-  if rule is not None:
-    tokens = rows(gather("token_temperatures"))
-    out["temperature"] = tokens
-    sampled = np.asarray(sample_mask) > 0
-    # A token drawn at another temperature than its row's was adapted.
-    adapted = sampled & ~np.isclose(tokens, np.asarray(base)[:, None],
-                                    rtol=1e-6, atol=0.0)
-    total = max(sampled.sum(), 1)
-    m["sampler/adapted_share"] = float(adapted.sum() / total)
-    m["sampler/temperature_mean"] = float(
-        (tokens * sampled).sum() / total)
-  return out, stats, m
 
 
 def _row_abs_mean(adv, batch) -> np.ndarray:

@@ -142,7 +142,7 @@ def test_revisit_scores_old_and_new_responses_in_one_pass():
     calls.append((tokens.shape, start))
     return -np.asarray(tokens[:, start:], np.float32) / 10.0
 
-  gap, memory = revisits.revisit(
+  gap, memory, measures = revisits.revisit(
       memory, np.asarray([0, 1]), np.asarray([True, True]),
       prompt_tokens=np.asarray([[7, 7, 7], [8, 8, 8]]),
       prompt_mask=np.ones((2, 3)), tokens=np.asarray([[2, 2], [5, 0]]),
@@ -151,6 +151,9 @@ def test_revisit_scores_old_and_new_responses_in_one_pass():
   assert calls == [((4, 5), 3)]  # stored and new rows of both prompts
   close(memory.logp, [[-0.2, -0.2], [-0.5, 0.0]])
   np.testing.assert_array_equal(memory.tokens, [[2, 2], [5, 0]])
+  # Prompt 0 had a stored response (D 0.1), prompt 1 none (D 0).
+  assert measures == {"revisits/divergence_mean": pytest.approx(0.05),
+                      "revisits/revisited_share": 0.5}
 
 
 # ----------------------------------------------------- prioritised draw
