@@ -148,6 +148,7 @@ class Checkpointer:
           f"checkpoint {step} in {self.directory} cannot be restored: "
           f"{_first_line(error)}") from error
     self._check_same_state(step, stored, template)
+    full, template = template, _without_new_empty_entries(template, stored)
     abstract = jax.tree.map(_abstract, template)
     try:
       restored = self._manager.restore(
@@ -160,7 +161,8 @@ class Checkpointer:
       raise CorruptCheckpoint(
           f"checkpoint {step} in {self.directory} cannot be restored: "
           f"{_first_line(error)}") from error
-    return restored[STATE], dict(restored[METADATA])
+    return (_with_entries_of(restored[STATE], full),
+            dict(restored[METADATA]))
 
   def _check_same_state(self, step: int, stored, template) -> None:
     """Raises StateMismatch naming the first array whose path or shape
@@ -282,6 +284,35 @@ def _everyone(flag: bool) -> bool:
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return bool(np.all(multihost_utils.process_allgather(
       np.asarray([flag], np.int32))))
+
+
+def _without_new_empty_entries(template, stored):
+  """`template` less the dict entries that hold no array and that checkpoint
+  metadata `stored` lacks: a stage added to the pipeline since the
+  checkpoint was written (its state empty in this config) must not make the
+  checkpoint unreadable. Entries with arrays are `_check_same_state`'s."""
+  if isinstance(template, dict) and isinstance(stored, dict):
+    return {k: _without_new_empty_entries(v, stored[k]) if k in stored else v
+            for k, v in template.items()
+            if k in stored or jax.tree.leaves(v)}
+  if hasattr(template, "_fields") and isinstance(stored, dict):
+    return template._replace(**{
+        f: _without_new_empty_entries(getattr(template, f), stored[f])
+        for f in template._fields if f in stored})
+  return template
+
+
+def _with_entries_of(restored, full):
+  """`restored` with the dict entries of `full` it lacks put back (the
+  empty ones `_without_new_empty_entries` left out)."""
+  if isinstance(full, dict) and isinstance(restored, dict):
+    return {k: _with_entries_of(restored[k], v) if k in restored else v
+            for k, v in full.items()}
+  if hasattr(full, "_fields") and hasattr(restored, "_fields"):
+    return restored._replace(**{
+        f: _with_entries_of(getattr(restored, f), getattr(full, f))
+        for f in full._fields})
+  return restored
 
 
 def _leaf_shapes(tree) -> dict:

@@ -420,6 +420,11 @@ def _check_tracker_stages(c, advantages) -> None:
       _fail("select.name", "'prioritized' draws by the per-prompt Beta "
             f"tracker, which advantage.name={c.advantage.name!r} does not "
             "keep", "set --config.advantage.name=spo, or select.name=uniform")
+    floor = c.select.kwargs.get("floor", 0.05)
+    if isinstance(floor, bool) or not (isinstance(floor, (int, float))
+                                       and floor > 0):  # NaN fails too
+      _fail("select.kwargs.floor", f"{floor!r} is not a number > 0",
+            "set a floor such as 0.05, so that every problem can be drawn")
   if c.select.name == "prioritized" or c.groups.name == "guided_correction":
     if c.data.task == "segments":
       _fail("data.task", "'segments' cannot look a problem up by its index "
@@ -562,6 +567,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "set K >= 0 (0: off)")
   _positive(c, "rollout.record_topk", allow_zero=True)
   _positive(c, "rollout.temperature_tau", allow_zero=True)
+  if not r.temperature_tau < 1.0:  # T (1 - tau) at h_hat = -1 must stay > 0
+    _fail("rollout.temperature_tau", f"{r.temperature_tau!r} is not below 1",
+          "set a value in [0, 1), such as 0.05 (HAPO's)")
   if not 0.0 < r.entropy_pivot < 1.0:  # NaN fails too
     _fail("rollout.entropy_pivot", f"{r.entropy_pivot!r} is outside (0, 1)",
           "set a quantile such as 0.8 (HAPO's)")

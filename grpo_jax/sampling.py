@@ -332,9 +332,9 @@ def _check_rule(rule) -> entropy_norm.TemperatureRule:
   if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(rule)):
     return rule
   rule = jax.tree.map(lambda x: np.asarray(x, np.float32), rule)
-  if not (np.isfinite(rule.tau) and rule.tau >= 0):
+  if not 0 <= rule.tau < 1:  # NaN fails too; T (1 - tau) must stay > 0
     raise ValueError(
-        f"temperature_rule.tau must be finite and >= 0; got {rule.tau}.")
+        f"temperature_rule.tau must be in [0, 1); got {rule.tau}.")
   return rule
 
 

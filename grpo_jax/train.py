@@ -437,7 +437,7 @@ class Loop(NamedTuple):
   # `faults.check_health`'s limits; 0 = never stop.
   max_nonfinite_updates: int = 10
   max_failing_steps: int = 3
-  reward_names: tuple = ()  # the verifiers'
+  reward_names: tuple = ()  # the verifiers' and the shapers'
   on_corrupt: str = "error"  # `checkpoint.ON_CORRUPT`
 
 
@@ -575,7 +575,9 @@ def build(config) -> Run:
       eval_every=config.eval.every,
       max_nonfinite_updates=config.train.max_nonfinite_updates,
       max_failing_steps=config.rewards.max_failing_steps,
-      reward_names=tuple(config.rewards.functions),
+      # A shaper that raises counts like a verifier (its column is 0 then).
+      reward_names=(tuple(config.rewards.functions)
+                    + tuple(config.rewards.shapers)),
       on_corrupt=config.checkpoint.on_corrupt)
   evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, frozen,

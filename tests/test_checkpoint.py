@@ -38,6 +38,22 @@ def test_round_trip_restores_every_leaf_and_the_metadata(tmp_path):
   assert meta == {"note": "hello", "step": 7}
 
 
+def test_a_stage_added_since_the_checkpoint_with_no_state_resumes(tmp_path):
+  """A checkpoint written before the pipeline gained a stage (whose state is
+  empty in this config) restores: the new stage starts from its empty
+  state, every saved array as it was."""
+  state = small_state(lam0=0.5)
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  ckpt.save(7, state)
+  newer = state._replace(states={**state.states, "shape": {},
+                                 "temperature": ()})
+  restored, _ = ckpt.restore(jax.tree.map(jnp.zeros_like, newer))
+  ckpt.close()
+  assert set(restored.states) == set(newer.states)
+  assert restored.states["shape"] == {} and restored.states["temperature"] == ()
+  testing.assert_close(restored, newer, rtol=0, atol=0)
+
+
 def test_a_relative_directory_works(tmp_path, monkeypatch):
   # The README's command passes a relative workdir; orbax wants absolute paths.
   monkeypatch.chdir(tmp_path)

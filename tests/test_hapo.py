@@ -407,6 +407,8 @@ def _tiny(**rollout):
 @pytest.mark.parametrize("field,value,match", [
     ("temperature_tau", -0.05, "config.rollout.temperature_tau"),
     ("temperature_tau", float("nan"), "config.rollout.temperature_tau"),
+    # T (1 - tau) at h_hat = -1 would be <= 0.
+    ("temperature_tau", 1.0, "config.rollout.temperature_tau.*below 1"),
     ("entropy_pivot", 1.0, "config.rollout.entropy_pivot"),
     ("entropy_pivot", 0.0, "config.rollout.entropy_pivot"),
 ])

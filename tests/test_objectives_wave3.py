@@ -147,7 +147,9 @@ def test_fipo_weighs_ppo_clips_gradient_by_f():
 @pytest.mark.parametrize("options,match", [
     ({"half_life": 0.0}, "half_life"), ({"clip_range": 1.5}, "clip_range"),
     ({"safety": 0.5}, "safety"), ({"dual_clip": 1.0}, "dual_clip"),
-    ({"clip_range": "0.2"}, "clip_range")])
+    ({"clip_range": "0.2"}, "clip_range"),
+    ({"half_life": float("inf")}, "half_life.*finite"),
+    ({"clip_high_only": "yes"}, "clip_high_only")])
 def test_fipo_bad_options(options, match):
   with pytest.raises(ValueError, match=match):
     corrections.make("fipo", **options)
@@ -350,6 +352,9 @@ def test_the_covariance_share_is_the_minibatchs_under_microbatching():
     ("clip_cov", {"clip_cov_lb": 5.0, "clip_cov_ub": 1.0}, "clip_cov_lb"),
     ("kl_cov", {"kl_cov_ratio": -0.1}, "kl_cov_ratio"),
     ("kl_cov", {"ppo_kl_coef": -1.0}, "ppo_kl_coef"),
+    # 0 * inf would be NaN wherever the penalty is off.
+    ("kl_cov", {"ppo_kl_coef": float("inf")}, "ppo_kl_coef.*finite"),
+    ("clip_cov", {"clip_cov_ratio": "0.1"}, "clip_cov_ratio"),
     ("kl_cov", {"pool": None}, "pool")])
 def test_covariance_bad_options(name, options, match):
   with pytest.raises(ValueError, match=match):

@@ -197,6 +197,11 @@ def test_prioritized_needs_a_beta_tracker_and_indexed_problems():
   with pytest.raises(ValueError, match=r"config.select.name: 'prioritized'"
                      r".*'grpo'.*advantage.name=spo"):
     config_lib.validate(config)
+  for floor in (0.0, -1.0, float("nan")):
+    config = spo_config.get_config()
+    config.select.kwargs.floor = floor
+    with pytest.raises(ValueError, match=r"config.select.kwargs.floor"):
+      config_lib.validate(config)
 
 
 # ------------------------------------------------ guided error correction
@@ -420,7 +425,12 @@ def test_spo_tiny_steps_revisit_measure_and_prioritise(tmp_path):
   weights = select.beta_priorities(state.states["advantage"])
   trained = run.rollout_fn.keywords["pipeline"].task.train_indices()
   assert np.ptp(weights[trained]) > 1e-3  # priority non-uniform
-  assert np.ptp(weights[trained]) <= 0.5
+  # Each weight is sqrt(p (1 - p)) + floor of its own tracked counts.
+  tracker = state.states["advantage"]
+  p = np.asarray(tracker.alpha, np.float64)[trained] / np.asarray(
+      tracker.alpha + tracker.beta, np.float64)[trained]
+  np.testing.assert_allclose(weights[trained],
+                             np.sqrt(p * (1 - p)) + 0.05, rtol=1e-6)
 
 
 def test_edge_grpo_tiny_step_corrects_all_wrong_groups():

@@ -176,14 +176,19 @@ def prepare(logp, old_logp, advantages, mask) -> Batch:
 
 
 def check_hparam(name: str, value, *, low: float, strict: bool = False):
-  """ValueError if a concrete hyperparameter is NaN or below `low` (traced:
-  skipped). NaN compares False with everything, so it is named first: it
-  would otherwise pass and silently mask every token, or skip every
-  update."""
+  """ValueError if a concrete hyperparameter is not a finite number at or
+  above `low` (arrays and traced values: skipped). NaN compares False with
+  everything, so it is named first: it would otherwise pass and silently
+  mask every token, or skip every update; an infinite one turns 0 * inf
+  into NaN."""
+  bound = ">" if strict else ">="
+  if isinstance(value, (str, bytes, bool)):
+    raise ValueError(f"{name} must be {bound} {low} and a finite number; "
+                     f"got {value!r}.")
   if isinstance(value, numbers.Real) and (
-      math.isnan(value) or value < low or (strict and value == low)):
-    bound = ">" if strict else ">="
-    raise ValueError(f"{name} must be {bound} {low}; got {value}.")
+      not math.isfinite(value) or value < low or (strict and value == low)):
+    raise ValueError(f"{name} must be {bound} {low} and finite; got "
+                     f"{value}.")
 
 
 def clipped_log_ratio(logp, reference):

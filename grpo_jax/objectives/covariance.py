@@ -21,6 +21,7 @@ each microbatch selects against the minibatch's means and threshold: the
 result is the one-shot one whatever the microbatching.
 """
 
+import numbers
 from typing import NamedTuple, Optional
 
 import jax
@@ -119,7 +120,7 @@ def _kl_cov_pool(logp, old_logp, advantages, mask):
 
 def _check_share(name, value):
   _kit.check_hparam(name, value, low=0.0, strict=True)
-  if isinstance(value, (int, float)) and value > 1.0:
+  if isinstance(value, numbers.Real) and value > 1.0:
     raise ValueError(f"{name} must be in (0, 1]; got {value}.")
 
 

@@ -30,7 +30,11 @@ def discounted_future_sum(values, gamma):
   return jnp.moveaxis(out, 0, -1)
 
 
-def _check_options(half_life, clip_range, safety, dual_clip):
+def _check_options(half_life, clip_range, safety, dual_clip,
+                   clip_high_only=True):
+  if not isinstance(clip_high_only, bool):
+    raise ValueError(f"clip_high_only must be True or False; got "
+                     f"{clip_high_only!r}.")
   corrections._check("half_life", half_life, low=0.0, strict=True)  # pylint: disable=protected-access
   corrections._check("clip_range", clip_range, low=0.0, strict=True)  # pylint: disable=protected-access
   if isinstance(clip_range, numbers.Real) and clip_range >= 1.0:
@@ -86,7 +90,7 @@ def fipo(mask, *, logp, old_logp, advantages, half_life=32.0, clip_range=0.2,
   Returns:
     TokenWeights.
   """
-  _check_options(half_life, clip_range, safety, dual_clip)
+  _check_options(half_life, clip_range, safety, dual_clip, clip_high_only)
   real, a = corrections._real(mask, logp=logp, old_logp=old_logp)  # pylint: disable=protected-access
   advantages = corrections.token_advantages(advantages, real)
   x = jnp.where(real, _kit.clipped_log_ratio(a["logp"], a["old_logp"]), 0.0)
