@@ -343,11 +343,19 @@ def _entropy_temperature(logits, temperature, rule):
   ``softmax(z / tau_n)`` (greedy rows at 1) normalised against the rule's
   statistics (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
   scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
+  _, _, entropy = _softmax_parts(scaled)
+  return entropy_norm.adaptive_temperature(entropy, temperature, rule)
+
+
+def _softmax_parts(scaled):
+  """(shifted = z - max z, log sum exp(shifted), entropy) of [N, V] logits
+  `scaled`, without materialising the normalised [N, V] distribution."""
   shifted = scaled - scaled.max(axis=-1, keepdims=True)
   weights = jnp.exp(shifted)
   total = weights.sum(axis=-1)
-  entropy = jnp.log(total) - (weights * shifted).sum(axis=-1) / total
-  return entropy_norm.adaptive_temperature(entropy, temperature, rule)
+  log_total = jnp.log(total)
+  # -sum p log p with p = weights / total: one more pass over the row.
+  return shifted, log_total, log_total - (weights * shifted).sum(-1) / total
 
 
 def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
@@ -409,12 +417,7 @@ def _draw(logits, key, temperature, *, greedy, top_k, top_p):
   scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
   # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
   # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
-  shifted = scaled - scaled.max(axis=-1, keepdims=True)
-  weights = jnp.exp(shifted)
-  total = weights.sum(axis=-1)
-  log_total = jnp.log(total)
-  # -sum p log p with p = weights / total: one more pass over the row.
-  entropies = log_total - (weights * shifted).sum(axis=-1) / total
+  shifted, log_total, entropies = _softmax_parts(scaled)
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
     truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
