@@ -420,6 +420,12 @@ def _check_tracker_stages(c, advantages) -> None:
       _fail("select.name", "'prioritized' draws by the per-prompt Beta "
             f"tracker, which advantage.name={c.advantage.name!r} does not "
             "keep", "set --config.advantage.name=spo, or select.name=uniform")
+    if c.data.task == "arithmetic":  # its training problems are known here
+      problems = len(data.make_task(c.data, seed=c.seed).train_indices())
+      if c.rollout.num_prompts > problems:
+        _fail("rollout.num_prompts", f"{c.rollout.num_prompts} exceeds the "
+              f"{problems} training problems 'prioritized' draws from "
+              "without replacement", f"set rollout.num_prompts <= {problems}")
     floor = c.select.kwargs.get("floor", 0.05)
     if isinstance(floor, bool) or not (isinstance(floor, (int, float))
                                        and floor > 0):  # NaN fails too

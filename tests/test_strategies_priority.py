@@ -197,6 +197,11 @@ def test_prioritized_needs_a_beta_tracker_and_indexed_problems():
   with pytest.raises(ValueError, match=r"config.select.name: 'prioritized'"
                      r".*'grpo'.*advantage.name=spo"):
     config_lib.validate(config)
+  config = spo_config.get_config()  # some of the 100 one-digit sums train
+  config.rollout.num_prompts = 101
+  with pytest.raises(ValueError, match=r"config.rollout.num_prompts: 101 "
+                     r"exceeds the \d+ training problems"):
+    config_lib.validate(config)
   for floor in (0.0, -1.0, float("nan")):
     config = spo_config.get_config()
     config.select.kwargs.floor = floor
