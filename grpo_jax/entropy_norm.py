@@ -200,7 +200,7 @@ def batch_entropy_hat(stage: EntropyTemperature,
                       loss_mask, sample_mask, *, token_temperatures=None,
                       base=None):
   """h_hat of a batch and its statistics, over the loss tokens, from the
-  sampler's [N, T] entropies at the temperatures it drew at.
+  sampler's [N, T] entropies at each row's own temperature.
 
   Returns:
     (the `assemble` keywords: ``entropy_hat`` when an objective reads it,

@@ -96,8 +96,8 @@ class Round(NamedTuple):
   # them (`Sampler.record_topk`; DPPO's top-K forms).
   sampler_topk_ids: Optional[np.ndarray] = None
   sampler_topk_logp: Optional[np.ndarray] = None
-  # [P, G, T] float32, the sampler's entropy at each token (0 under
-  # padding): what a credit rule reads as `token_entropies`.
+  # [P, G, T] float32, the sampler's entropy at each token at its row's
+  # temperature (0 under padding): what a credit rule reads.
   token_entropies: Optional[np.ndarray] = None
   # [P, G] bool, rows a group strategy replaced by a reference solution
   # (EDGE-GRPO's guided correction), and the round as it was sampled
@@ -267,6 +267,10 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
   grouped = lambda x: every_row(x)[:, :g]
   rewards = every_row(np.concatenate(
       [np.asarray(verified, np.float32), shaped], axis=-1))
+  # With HAPO's rule, the entropy at each row's own temperature (the
+  # policy's, which its statistics are taken over), not at the adapted one.
+  entropies = out.entropies if out.base_entropies is None else (
+      out.base_entropies)
   topk = {}
   if s.record_topk:
     topk = dict(sampler_topk_ids=grouped(out.topk_ids),
@@ -277,8 +281,8 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
       lengths=grouped(out.lengths), truncated=grouped(out.truncated),
       sampler_logp=grouped(out.tempered_logprobs),
       rewards=rewards[:, :g], columns=pipeline.columns, errors=errors,
-      entropies=grouped(_row_mean(out.entropies, out.mask)),
-      token_entropies=grouped(np.asarray(out.entropies, np.float32)),
+      entropies=grouped(_row_mean(entropies, out.mask)),
+      token_entropies=grouped(np.asarray(entropies, np.float32)),
       prompt_index=np.asarray([e.index for e in examples], np.int32),
       answer_ids=answer_ids,
       greedy_rewards=rewards[:, g] if greedy_row else None, **segments,

@@ -125,6 +125,9 @@ class SampleOutput(NamedTuple):
       temperature each token was drawn at (0 on greedy rows and under
       padding), which the log-probs and entropies above use and the
       trainer scores it at; None without a rule.
+    base_entropies: [N, T] float32 with a ``temperature_rule``: the entropy
+      at each token of the row's own (base) temperature, which the rule
+      normalises and HAPO's statistics are taken over; None without a rule.
   """
   tokens: jnp.ndarray
   mask: jnp.ndarray
@@ -136,6 +139,7 @@ class SampleOutput(NamedTuple):
   topk_ids: Optional[jnp.ndarray] = None
   topk_logprobs: Optional[jnp.ndarray] = None
   temperatures: Optional[jnp.ndarray] = None
+  base_entropies: Optional[jnp.ndarray] = None
 
 
 class DecodeState(NamedTuple):
@@ -152,8 +156,10 @@ class DecodeState(NamedTuple):
   # [N, T, K] with record_topk = K > 0, else None (nothing compiled).
   topk_ids: Optional[jnp.ndarray] = None
   topk_logprobs: Optional[jnp.ndarray] = None
-  # [N, T] with a temperature rule (HAPO), else None (nothing compiled).
+  # [N, T] with a temperature rule (HAPO), else None (nothing compiled):
+  # each token's temperature, and the entropy at its row's own temperature.
   temperatures: Optional[jnp.ndarray] = None
+  base_entropies: Optional[jnp.ndarray] = None
 
 
 def pad_prompts(token_lists: Sequence[Sequence[int]], *,
@@ -339,12 +345,14 @@ def _check_rule(rule) -> entropy_norm.TemperatureRule:
 
 
 def _entropy_temperature(logits, temperature, rule):
-  """HAPO's [N] temperatures of this step: the entropy of each row's
-  ``softmax(z / tau_n)`` (greedy rows at 1) normalised against the rule's
-  statistics (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
+  """HAPO's ([N] temperatures of this step, [N] entropies at the rows' own
+  temperatures): the entropy of each row's ``softmax(z / tau_n)`` (greedy
+  rows at 1) normalised against the rule's statistics
+  (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
   scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
   _, _, entropy = _softmax_parts(scaled)
-  return entropy_norm.adaptive_temperature(entropy, temperature, rule)
+  return (entropy_norm.adaptive_temperature(entropy, temperature, rule),
+          entropy)
 
 
 def _softmax_parts(scaled):
@@ -675,7 +683,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     """Draws the token of `step` from `logits` and writes it into the state."""
     tau = temperature  # [N]; HAPO's rule gives each token its own
     if temperature_rule is not None:
-      tau = _entropy_temperature(logits, temperature, temperature_rule)
+      tau, base_entropy = _entropy_temperature(logits, temperature,
+                                               temperature_rule)
     tokens, logprobs, tempered, entropies = _next_token(
         logits, jax.random.fold_in(key, step), tau, greedy=greedy,
         top_k=top_k, top_p=top_p)
@@ -693,8 +702,10 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
       state = state._replace(topk_ids=put(state.topk_ids, ids),
                              topk_logprobs=put(state.topk_logprobs, topk))
     if temperature_rule is not None:  # what the trainer scores it at
-      state = state._replace(temperatures=write(
-          state.temperatures, jnp.where(live, tau, 0.0)))
+      state = state._replace(
+          temperatures=write(state.temperatures, jnp.where(live, tau, 0.0)),
+          base_entropies=write(state.base_entropies,
+                               jnp.where(live, base_entropy, 0.0)))
     return state._replace(
         step=step + 1,
         last_tokens=tokens,
@@ -736,7 +747,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     state = state._replace(topk_ids=jnp.zeros(shape, jnp.int32),
                            topk_logprobs=jnp.zeros(shape, jnp.float32))
   if temperature_rule is not None:
-    state = state._replace(temperatures=empty)
+    state = state._replace(temperatures=empty, base_entropies=empty)
   state = record(state, state.step, logits)
   state = jax.lax.while_loop(keep_going, decode_step, state)
 
@@ -746,4 +757,4 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
       lengths=state.lengths, truncated=~state.done, logprobs=state.logprobs,
       tempered_logprobs=state.tempered_logprobs, entropies=state.entropies,
       topk_ids=state.topk_ids, topk_logprobs=state.topk_logprobs,
-      temperatures=state.temperatures)
+      temperatures=state.temperatures, base_entropies=state.base_entropies)

@@ -188,6 +188,11 @@ def test_the_sampler_draws_each_token_at_the_rule_s_temperature(model):
   assert np.abs(out.temperatures[sampled] - ROWS[sampled, None]).min() > 0
   assert (np.abs(h[sampled]) > 1).any() and (np.abs(h[sampled]) < 1).any()
   np.testing.assert_array_equal(out.temperatures[~sampled], 0.0)  # greedy
+  # The recorded base entropies are the trainer's at the rows' own T (what
+  # HAPO's statistics are taken over), not those of the adapted draw.
+  assert plain.base_entropies is None
+  np.testing.assert_allclose(out.base_entropies, base_entropy, atol=1e-4)
+  assert np.abs(out.base_entropies - out.entropies)[sampled].max() > 1e-3
 
 
 def test_sampler_and_trainer_agree_at_per_token_temperatures(model):
