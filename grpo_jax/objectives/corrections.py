@@ -106,7 +106,7 @@ class TokenWeights(NamedTuple):
 # ------------------------------------------------------------------ kit
 
 
-def _real(mask, **arrays):
+def real_arrays(mask, **arrays):
   """(real [N, T] bool, the arrays as float32 [N, T], 0 under padding,
   detached); a ValueError naming an array of another shape."""
   agg.check_token_arrays(mask=mask, **arrays)
@@ -131,7 +131,7 @@ def token_advantages(advantages, real):
   return jax.lax.stop_gradient(jnp.where(real, advantages, 0.0))
 
 
-def _check(name: str, value, *, low: float, strict: bool = False):
+def check_number(name: str, value, *, low: float, strict: bool = False):
   """ValueError unless `value` is a real number (a traced or 0-d array
   passes to `_kit.check_hparam`, which skips traced ones), not NaN and
   above `low`. None is no bound here: every bound takes a number."""
@@ -145,20 +145,20 @@ def _check(name: str, value, *, low: float, strict: bool = False):
   check_hparam(name, value, low=low, strict=strict)
 
 
-def _check_bounds(low_name, low, high_name, high):
-  _check(low_name, low, low=0.0)
-  _check(high_name, high, low=0.0, strict=True)
+def check_bounds(low_name, low, high_name, high):
+  check_number(low_name, low, low=0.0)
+  check_number(high_name, high, low=0.0, strict=True)
   if (isinstance(low, numbers.Real) and isinstance(high, numbers.Real)
       and not low < high):
     raise ValueError(
         f"{low_name}={low!r} must be below {high_name}={high!r}.")
 
 
-def _sampler_log_ratio(mask, old_logp, sampler_logp):
+def sampler_log_ratio(mask, old_logp, sampler_logp):
   """(real [N, T] bool, x = old_logp - sampler_logp on real tokens, 0 on
   padding, clipped to +-20 like every log-ratio before an exp: verl's
   SAFETY_BOUND)."""
-  real, a = _real(mask, old_logp=old_logp, sampler_logp=sampler_logp)
+  real, a = real_arrays(mask, old_logp=old_logp, sampler_logp=sampler_logp)
   x = _kit.clipped_log_ratio(a["old_logp"], a["sampler_logp"])
   return real, jnp.where(real, x, 0.0)
 
@@ -222,8 +222,8 @@ def tis(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0):
   Returns:
     TokenWeights (truncated: rho outside [c_min, c_max]; statistic: rho).
   """
-  _check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
+  check_bounds("c_min", c_min, "c_max", c_max)
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
   return _truncate(real, jnp.exp(x), c_min, c_max)
 
 
@@ -254,8 +254,8 @@ def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
   Returns:
     TokenWeights (statistic: rho_i on the row's tokens).
   """
-  _check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
+  check_bounds("c_min", c_min, "c_max", c_max)
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
   return _truncate(real, jnp.exp(_sequence_log_ratio(real, x, ratio)), c_min,
                    c_max)
 
@@ -284,8 +284,8 @@ def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
   Returns:
     TokenWeights (statistic: rho).
   """
-  _check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
+  check_bounds("c_min", c_min, "c_max", c_max)
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(x), c_min, c_max)
 
 
@@ -313,8 +313,8 @@ def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
   Returns:
     TokenWeights (statistic: rho_i on the row's tokens).
   """
-  _check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
+  check_bounds("c_min", c_min, "c_max", c_max)
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(_sequence_log_ratio(real, x, ratio)),
                     c_min, c_max)
 
@@ -343,8 +343,8 @@ def icepop(mask, *, old_logp, sampler_logp, low=0.5, high=5.0):
   Returns:
     TokenWeights (statistic: rho).
   """
-  _check_bounds("low", low, "high", high)
-  real, x = _sampler_log_ratio(mask, old_logp, sampler_logp)
+  check_bounds("low", low, "high", high)
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
   return _band_mask(real, jnp.exp(x), low, high)
 
 
@@ -382,8 +382,8 @@ def opsm(mask, *, logp, sampler_logp, advantages, delta=0.5):
   Returns:
     TokenWeights (statistic: d_i on the row's tokens).
   """
-  _check("delta", delta, low=0.0)
-  real, a = _real(mask, logp=logp, sampler_logp=sampler_logp)
+  check_number("delta", delta, low=0.0)
+  real, a = real_arrays(mask, logp=logp, sampler_logp=sampler_logp)
   advantages = token_advantages(advantages, real)
   lengths = jnp.maximum(real.sum(axis=-1), 1)
   drift = (a["sampler_logp"] - a["logp"]).sum(axis=-1) / lengths
@@ -414,7 +414,7 @@ def masked_quantile(values, mask, q):
 
 
 def _check_rho(rho):
-  _check("rho", rho, low=0.0)
+  check_number("rho", rho, low=0.0)
   if isinstance(rho, numbers.Real) and rho > 1.0:
     raise ValueError(f"rho must be in [0, 1]; got {rho!r}.")
 
@@ -458,7 +458,7 @@ def top_entropy(mask, *, entropy, rho=0.2, entropy_threshold=None):
     TokenWeights (statistic: H).
   """
   _check_rho(rho)
-  real, a = _real(mask, entropy=entropy)
+  real, a = real_arrays(mask, entropy=entropy)
   if entropy_threshold is None:
     entropy_threshold = top_entropy_threshold(mask, entropy=a["entropy"],
                                               rho=rho)["entropy_threshold"]

@@ -35,15 +35,15 @@ def _check_options(half_life, clip_range, safety, dual_clip,
   if not isinstance(clip_high_only, bool):
     raise ValueError(f"clip_high_only must be True or False; got "
                      f"{clip_high_only!r}.")
-  corrections._check("half_life", half_life, low=0.0, strict=True)  # pylint: disable=protected-access
-  corrections._check("clip_range", clip_range, low=0.0, strict=True)  # pylint: disable=protected-access
+  corrections.check_number("half_life", half_life, low=0.0, strict=True)
+  corrections.check_number("clip_range", clip_range, low=0.0, strict=True)
   if isinstance(clip_range, numbers.Real) and clip_range >= 1.0:
     raise ValueError(
         f"clip_range must be in (0, 1) (the band [1 - clip_range, 1 + "
         f"clip_range]); got {clip_range!r}.")
   for name, value in (("safety", safety), ("dual_clip", dual_clip)):
     if value is not None:
-      corrections._check(name, value, low=1.0, strict=True)  # pylint: disable=protected-access
+      corrections.check_number(name, value, low=1.0, strict=True)
 
 
 @corrections.register(
@@ -91,7 +91,7 @@ def fipo(mask, *, logp, old_logp, advantages, half_life=32.0, clip_range=0.2,
     TokenWeights.
   """
   _check_options(half_life, clip_range, safety, dual_clip, clip_high_only)
-  real, a = corrections._real(mask, logp=logp, old_logp=old_logp)  # pylint: disable=protected-access
+  real, a = corrections.real_arrays(mask, logp=logp, old_logp=old_logp)
   advantages = corrections.token_advantages(advantages, real)
   x = jnp.where(real, _kit.clipped_log_ratio(a["logp"], a["old_logp"]), 0.0)
   ratio = jnp.exp(x)

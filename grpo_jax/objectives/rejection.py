@@ -41,7 +41,7 @@ def _bounds(statistic, low, high):
   if statistic not in STATISTICS:
     raise ValueError(f"statistic={statistic!r} is unknown; choose one of "
                      f"{', '.join(STATISTICS)}.")
-  corrections._check("high", high, low=0.0, strict=True)  # pylint: disable=protected-access
+  corrections.check_number("high", high, low=0.0, strict=True)
   if statistic != "k1":
     if low is not None:
       raise ValueError(
@@ -51,7 +51,7 @@ def _bounds(statistic, low, high):
     return None, high
   if low is None:
     return 1.0 / high, high
-  corrections._check_bounds("low", low, "high", high)  # pylint: disable=protected-access
+  corrections.check_bounds("low", low, "high", high)
   return low, high
 
 
@@ -103,7 +103,7 @@ def rejection(mask, *, old_logp, sampler_logp, statistic="k1", low=None,
     TokenWeights (statistic: the token's K value; truncated: none).
   """
   low, high = _bounds(statistic, low, high)
-  real, x = corrections._sampler_log_ratio(mask, old_logp, sampler_logp)  # pylint: disable=protected-access
+  real, x = corrections.sampler_log_ratio(mask, old_logp, sampler_logp)
   value = token_divergence(x, statistic)
   keep = real & _keep(value, statistic, low, high, x)
   return corrections.TokenWeights(keep.astype(jnp.float32),
@@ -168,7 +168,7 @@ def rejection_sequence(mask, *, old_logp, sampler_logp, statistic="k1",
         "aggregate='max' takes statistic='k2' or 'k3' (a max of -log r is no "
         "ratio; verl has no seq_max_k1): change statistic or aggregate.")
   low, high = _bounds(statistic, low, high)
-  real, x = corrections._sampler_log_ratio(mask, old_logp, sampler_logp)  # pylint: disable=protected-access
+  real, x = corrections.sampler_log_ratio(mask, old_logp, sampler_logp)
   value = row_statistic(token_divergence(x, statistic), real, aggregate)
   keep = _keep(value, statistic, low, high, -value)
   weights = jnp.where(real & keep[:, None], 1.0, 0.0)
