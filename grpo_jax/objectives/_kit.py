@@ -277,6 +277,16 @@ def check_token_weights(token_weights, shape) -> jnp.ndarray:
   return jax.lax.stop_gradient(token_weights)
 
 
+def weigh(per_token, token_weights):
+  """[N, T] loss terms times their detached `token_weights` (None: as
+  they are)."""
+  if token_weights is None:
+    return per_token
+  weights = check_token_weights(token_weights, jnp.shape(per_token))
+  # where, not a product alone: a masked token's term never leaks in.
+  return jnp.where(weights > 0, per_token * weights, 0.0)
+
+
 def token_objective(per_token, batch: Batch, *, aggregation: str,
                     horizon: Optional[int], clipped, ratio=None,
                     ratio_moments: Optional[measures.Moments] = None,
@@ -289,10 +299,7 @@ def token_objective(per_token, batch: Batch, *, aggregation: str,
   first; the count (the denominator) is the mask's either way. `extra`: see
   `finish`.
   """
-  if token_weights is not None:
-    weights = check_token_weights(token_weights, jnp.shape(per_token))
-    # where, not a product alone: a masked token's term never leaks in.
-    per_token = jnp.where(weights > 0, per_token * weights, 0.0)
+  per_token = weigh(per_token, token_weights)
   sc = agg.sum_and_count(per_token, batch.mask, aggregation, horizon=horizon)
   if ratio_moments is None:
     ratio_moments = measures.Moments.of(

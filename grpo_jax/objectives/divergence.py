@@ -108,17 +108,11 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  if divergence not in _VALID:
-    raise ValueError(f"divergence={divergence!r} is unknown; choose one of "
-                     f"{tuple(_VALID)}.")
   if anchor not in DPPO_ANCHORS:
     raise ValueError(
         f"anchor={anchor!r} is unknown; choose one of {DPPO_ANCHORS}.")
-  delta_low = DPPO_DELTA[divergence] if delta_low is None else delta_low
-  delta_high = DPPO_DELTA[divergence] if delta_high is None else delta_high
-  _kit.check_hparam("delta_low", delta_low, low=0.0)
-  _kit.check_hparam("delta_high", delta_high, low=0.0)
-  _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  delta_low, delta_high = _thresholds(divergence, delta_low, delta_high,
+                                      is_cap)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   old = batch.old_logp
   ref = offpolicy.behaviour_logp(sampler_logp if anchor == "behav" else None,
@@ -132,6 +126,20 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
       delta_low, delta_high))
   return _gated(batch, x, valid, is_cap, aggregation=aggregation,
                 horizon=horizon, token_weights=token_weights)
+
+
+def _thresholds(divergence, delta_low, delta_high, is_cap):
+  """DPPO's (delta_low, delta_high), None meaning the divergence's default,
+  with the divergence and the three options checked."""
+  if divergence not in _VALID:
+    raise ValueError(f"divergence={divergence!r} is unknown; choose one of "
+                     f"{tuple(_VALID)}.")
+  delta_low = DPPO_DELTA[divergence] if delta_low is None else delta_low
+  delta_high = DPPO_DELTA[divergence] if delta_high is None else delta_high
+  _kit.check_hparam("delta_low", delta_low, low=0.0)
+  _kit.check_hparam("delta_high", delta_high, low=0.0)
+  _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  return delta_low, delta_high
 
 
 def _gated(batch, x, valid, is_cap, *, aggregation, horizon, token_weights,
@@ -258,14 +266,8 @@ def dppo_topk(logp, old_logp, advantages, mask, *, divergence="tv",
     disagree.
   """
   agg.check_mode(aggregation, horizon)
-  if divergence not in _VALID:
-    raise ValueError(f"divergence={divergence!r} is unknown; choose one of "
-                     f"{tuple(_VALID)}.")
-  delta_low = DPPO_DELTA[divergence] if delta_low is None else delta_low
-  delta_high = DPPO_DELTA[divergence] if delta_high is None else delta_high
-  _kit.check_hparam("delta_low", delta_low, low=0.0)
-  _kit.check_hparam("delta_high", delta_high, low=0.0)
-  _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
+  delta_low, delta_high = _thresholds(divergence, delta_low, delta_high,
+                                      is_cap)
   if (sampler_topk_logp is None) != (topk_logp is None):
     raise ValueError(
         "dppo_topk takes the sampler's top-K log-probs (sampler_topk_logp) "

@@ -269,10 +269,7 @@ def f_tis(logp, old_logp, advantages, mask, *, is_cap=2.0, band_low=0.5,
   x, keep = _f_tis_keep(batch, sampler_logp, band_low=band_low,
                         band_high=band_high, filter=filter)
   weight, truncated = _capped(x, is_cap)
-  term = -weight * batch.advantages * batch.logp
-  if token_weights is not None:
-    weights = _kit.check_token_weights(token_weights, batch.mask.shape)
-    term = jnp.where(weights > 0, term * weights, 0.0)
+  term = _kit.weigh(-weight * batch.advantages * batch.logp, token_weights)
   kept = agg.sum_and_count(term, keep.astype(jnp.float32), aggregation,
                            horizon=horizon)
   count = agg.count(batch.mask, aggregation, horizon=horizon)
