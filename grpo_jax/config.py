@@ -412,47 +412,50 @@ def _check_estimator_sizes(c, advantages) -> None:
 
 
 def _check_tracker_stages(c, advantages) -> None:
-  """What SPO's prioritised draw and EDGE-GRPO's guided correction need
-  from the other stages, before any compute."""
-  if c.select.name == "prioritized":
+  """What a selection that reads the estimator's state (SPO's prioritised
+  draw) and a group strategy that injects reference rows (EDGE-GRPO's
+  guided correction) need from the other stages, before any compute; the
+  registries' metadata says which entries these are."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  select = strategies.SELECTIONS.entry(c.select.name).meta
+  groups = strategies.GROUP_STRATEGIES.entry(c.groups.name).meta
+  by_state = "advantage" in select.get("reads", ())
+  references = "reference" in groups.get("reads", ())
+  if by_state:
     state = advantages.make(c.advantage.name, **c.advantage.kwargs).init()
-    if not (hasattr(state, "alpha") and hasattr(state, "beta")):
-      _fail("select.name", "'prioritized' draws by the per-prompt Beta "
-            f"tracker, which advantage.name={c.advantage.name!r} does not "
-            "keep", "set --config.advantage.name=spo, or select.name=uniform")
-    if c.data.task == "arithmetic":  # its training problems are known here
-      problems = len(data.make_task(c.data, seed=c.seed).train_indices())
-      if c.rollout.num_prompts > problems:
-        _fail("rollout.num_prompts", f"{c.rollout.num_prompts} exceeds the "
-              f"{problems} training problems 'prioritized' draws from "
-              "without replacement", f"set rollout.num_prompts <= {problems}")
-    floor = c.select.kwargs.get("floor", 0.05)
-    if isinstance(floor, bool) or not (isinstance(floor, (int, float))
-                                       and floor > 0):  # NaN fails too
-      _fail("select.kwargs.floor", f"{floor!r} is not a number > 0",
-            "set a floor such as 0.05, so that every problem can be drawn")
-  if c.select.name == "prioritized" or c.groups.name == "guided_correction":
-    if c.data.task == "segments":
-      _fail("data.task", "'segments' cannot look a problem up by its index "
-            f"(select {c.select.name!r}, groups {c.groups.name!r})",
-            "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
-  if c.groups.name != "guided_correction":
+    needs = select.get("needs", ())
+    if not all(hasattr(state, field) for field in needs):
+      _fail("select.name", f"{c.select.name!r} draws by the estimator's "
+            f"per-prompt tracker ({', '.join(needs)}), which "
+            f"advantage.name={c.advantage.name!r} does not keep",
+            "set --config.advantage.name=spo, or select.name=uniform")
+  if select.get("without_replacement") and c.data.task == "arithmetic":
+    problems = len(data.make_task(c.data, seed=c.seed).train_indices())
+    if c.rollout.num_prompts > problems:  # the problems are known here
+      _fail("rollout.num_prompts", f"{c.rollout.num_prompts} exceeds the "
+            f"{problems} training problems {c.select.name!r} draws from "
+            "without replacement", f"set rollout.num_prompts <= {problems}")
+  if (by_state or references) and c.data.task == "segments":
+    _fail("data.task", "'segments' cannot look a problem up by its index "
+          f"(select {c.select.name!r}, groups {c.groups.name!r})",
+          "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
+  if not references:
     return
   if c.rewards.shapers:
     _fail("rewards.shapers", "reference rows are scored by the verifiers "
-          "alone (groups.name='guided_correction')",
+          f"alone (groups.name={c.groups.name!r})",
           "remove the shapers, or use another group strategy")
   if c.rollout.get("record_topk", 0):
     _fail("rollout.record_topk", "a reference row has no sampler top-K "
-          "(groups.name='guided_correction')", "set rollout.record_topk=0")
+          f"(groups.name={c.groups.name!r})", "set rollout.record_topk=0")
   if c.rollout.get("temperature_tau", 0.0):
     _fail("rollout.temperature_tau", "a reference row has no sampling "
-          "temperatures (groups.name='guided_correction')",
+          f"temperatures (groups.name={c.groups.name!r})",
           "set rollout.temperature_tau=0")
   reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
   stale = [f for f in reads if f == "answer_ids" or f.startswith("segment_")]
   if stale:
-    _fail("groups.name", f"'guided_correction' replaces rows, but estimator "
+    _fail("groups.name", f"{c.groups.name!r} replaces rows, but estimator "
           f"{c.advantage.name!r} reads GroupData.{stale[0]}, which is not "
           "rebuilt for them", "choose another estimator or group strategy")
 

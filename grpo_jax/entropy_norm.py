@@ -211,11 +211,11 @@ def batch_entropy_hat(stage: EntropyTemperature,
   h_hat, stats = _normalised_entropy(
       jnp.asarray(token_entropies), jnp.asarray(loss_mask),
       pivot=float(stage.pivot), legacy_sign=bool(stage.legacy_sign))
-  h_hat = np.asarray(h_hat)
-  real = np.asarray(loss_mask) > 0
+  # h_hat stays on the device for the batch; one scalar comes back.
   out = {"entropy_hat": h_hat} if stage.entropy_hat else {}
+  real = jnp.asarray(loss_mask) > 0
   m = {"entropy_hat/high_share": float((real & (h_hat > 0)).sum()
-                                       / max(real.sum(), 1))}
+                                       / jnp.maximum(real.sum(), 1))}
   if rule is not None:
     out["temperature"] = token_temperatures
     sampled = np.asarray(sample_mask) > 0

@@ -137,8 +137,8 @@ def revisit(memory: Revisits, prompt_index, write, prompt_tokens,
       logp [R, T]``: the trainer's log-probs under the current policy at
       the responses' temperature, as numpy.
   """
-  seen = np.asarray(lookup(memory, prompt_index).mask).any(-1)
   stored = lookup(memory, prompt_index)
+  seen = np.asarray(stored.mask).any(-1)
   prompt_tokens = jnp.asarray(prompt_tokens, jnp.int32)
   prompt_mask = jnp.asarray(prompt_mask, jnp.float32)
   both = lambda a, b, dtype: jnp.concatenate([

@@ -88,8 +88,10 @@ def make_selection(name: str, *, rounds_per_step: int = 1,
   """The `Selection` `name`; round r of step s reads prompt index
   ``s * rounds_per_step + r``, and the stage states its metadata ``reads``
   (keyword arguments, not options)."""
-  reads = tuple(SELECTIONS.entry(name).meta.get("reads", ()))
+  meta = SELECTIONS.entry(name).meta
+  reads = tuple(meta.get("reads", ()))
   SELECTIONS.check_options(name, options, exclude=reads)
+  meta.get("check", lambda **_: None)(**options)
   fn = functools.partial(SELECTIONS.get(name), **options)
 
   def select(task, step, round_index, num_prompts, **states):

@@ -56,7 +56,17 @@ def draw_by_priority(task, index, num_prompts, priorities):
   return [task.example(int(x)) for x in picked]
 
 
-@SELECTIONS.register(reads=("advantage",), paper="SPO (seed 002 para. 7)",
+def _check_floor(floor: float = 0.05) -> None:
+  if isinstance(floor, bool) or not (isinstance(floor, (int, float))
+                                     and floor > 0.0):  # NaN fails too
+    raise ValueError(f"floor={floor!r} must be a number > 0 (every problem "
+                     "keeps a chance to be drawn).")
+
+
+# `needs` names what the estimator's state must hold (config.validate).
+@SELECTIONS.register(reads=("advantage",), needs=("alpha", "beta"),
+                     check=_check_floor, without_replacement=True,
+                     paper="SPO (seed 002 para. 7)",
                      examples=({}, {"floor": 0.1}))
 def prioritized(task, index, num_prompts, *, advantage, floor: float = 0.05):
   """SPO's prioritised prompt draw (seed 002 para. 7, verl recipe/spo):
@@ -82,9 +92,7 @@ def prioritized(task, index, num_prompts, *, advantage, floor: float = 0.05):
     floor: the exploration floor added to every weight (0.05), > 0 so that
       every problem stays drawable.
   """
-  if not floor > 0.0:
-    raise ValueError(f"floor={floor!r} must be > 0 (every problem keeps a "
-                     "chance to be drawn).")
+  _check_floor(floor)
   if not hasattr(advantage, "alpha") or not hasattr(advantage, "beta"):
     raise ValueError(
         "the prioritized selection reads a per-prompt Beta tracker (alpha, "
