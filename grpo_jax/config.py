@@ -494,7 +494,7 @@ def _check_credit(c, objective, advantages) -> None:
   averages token advantages over each row, undoing the rule)."""
   from grpo_jax import credit  # pylint: disable=g-import-not-at-top
   name = c.credit.name
-  if name == "uniform":
+  if credit.meta(name)["identity"]:
     return
   output = advantages.ESTIMATORS.entry(c.advantage.name).meta["output"]
   if credit.meta(name)["row_advantages"] and output == "token":

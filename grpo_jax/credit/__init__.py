@@ -36,7 +36,7 @@ from grpo_jax.credit.entropy import ah_grpo, egspo, sa_ah_grpo
 from grpo_jax.credit.group import gtpo, t_spmo
 
 
-@CREDIT.register(examples=({},), linear=True, neutral={})
+@CREDIT.register(examples=({},), linear=True, neutral={}, identity=True)
 def uniform(advantages, mask):
   """Every token its row's advantage: [N] (or [N, T]) unchanged."""
   del mask
@@ -58,6 +58,7 @@ def meta(name: str) -> dict:
   m.setdefault("reads", ())
   m.setdefault("linear", False)
   m.setdefault("row_advantages", False)
+  m.setdefault("identity", False)  # advantages pass through unchanged
   return m
 
 
