@@ -8,13 +8,14 @@ than 1), a wrong but formatted one -1, a format failure 0; alpha = 0.05.
 Paper's setup (aeroplanepaper/GRPO-LEAD): DeepSeek-R1-Distill-Qwen-14B,
 GRPO with 8 samples per prompt, length shaping only for groups whose
 three shortest answers average over 4000 tokens, and a difficulty-aware
-reweighting of the advantages (w(rho) = 0.4 + 1.1 / (1 + e^{10 (rho -
-0.75)})). Scaled down to the quickstart (SmolLM2-135M-Instruct, one-digit
-sums, 2 prompts x 4 completions of up to 40 tokens, 40 steps): alpha kept
-(the z-score has no unit), min_len_to_shape = 0 (every group is shaped at
-40 tokens), the format reward weighted 0 (it only marks format failures).
-The advantage reweighting is not wired in (GRPO's advantages here; it is
-`rewards.lead_reweight`, a pure function).
+reweighting of the advantages (the `grpo_lead` estimator: GRPO's
+advantage times w(rho) where it is positive and w(1 - rho) otherwise, rho
+the group's share of R > 0, w(x) = 0.4 + 1.1 / (1 + e^{10 (x - 0.75)})).
+Scaled down to the quickstart (SmolLM2-135M-Instruct, one-digit sums, 2
+prompts x 4 completions of up to 40 tokens, 40 steps): alpha and the
+weight kept (neither has a unit), min_len_to_shape = 0 (every group is
+shaped at 40 tokens), the format reward weighted 0 (it only marks format
+failures).
 
 Command:
   python -m experiments.train --config=configs/grpo_lead.py --workdir=runs/grpo_lead
@@ -32,4 +33,7 @@ def get_config(arg=None):
   c.rewards.weights = (1.0, 0.0)
   c.rewards.shapers.grpo_lead = dict(weight=1.0, alpha=0.05,
                                      min_len_to_shape=0)
+  # The difficulty-aware reweighting of GRPO's advantages (paper's w).
+  c.advantage.name = "grpo_lead"
+  c.advantage.kwargs = dict(low=0.4, high=1.5, k=10.0, x0=0.75)
   return config_lib.finalize(c, arg)

@@ -21,8 +21,10 @@ Command:
   python -m experiments.train --config=configs/lcpo.py --workdir=runs/lcpo
 
 Expect: shaping/lcpo/abs_mean (the mean token distance to the target
-times alpha) falling over the run; accuracy near GRPO's. Held-out
-evaluation prompts carry no target. Not measured at this scale yet.
+times alpha) falling over the run; accuracy near GRPO's. Evaluation
+prompts (held-out, benchmarks) carry a target as training prompts do
+(`evaluation.as_prompted`, n* from each problem's id). Not measured at
+this scale yet.
 """
 
 from grpo_jax import config as config_lib

@@ -7,7 +7,8 @@ comparison task: ``python -m experiments.compare``.
 Each config trains as its file says (its scale, objective, sampling and
 estimator) on the comparison task (`config.use_comparison_task`) and is
 evaluated greedily on the task's held-out problems after its last step;
-"before" is the base model on the same problems, measured once. A config
+"before" is the base model on the same problems, measured once per prompt
+format (a config with LCPO's target in its prompts has its own). A config
 whose run already finished under ``--workdir`` is read back, not rerun, so
 an interrupted comparison continues where it stopped. Prints a markdown
 table, one row per config.
@@ -57,11 +58,15 @@ def last_accuracy(workdir: str):
 def main(argv):
   del argv
   configs = {name: comparison_config(name) for name in _CONFIGS.value}
-  first = next(iter(configs.values()))
-  before = evaluation.evaluate(first, k=(),
-                               num_problems=first.eval.num_problems)
+  # The base model once per prompt format (`evaluation.prompt_shapers`).
+  befores = {}
   rows = []
   for name, config in configs.items():
+    prompts = json.dumps(evaluation.prompt_shapers(config), sort_keys=True)
+    if prompts not in befores:
+      befores[prompts] = evaluation.evaluate(
+          config, k=(), num_problems=config.eval.num_problems)
+    before = befores[prompts]
     workdir = os.path.join(_WORKDIR.value, name)
     done = last_accuracy(workdir)
     if done is None or done[0] < config.train.num_steps:

@@ -21,7 +21,9 @@ rollout.temperature=0.6``, ``max_new_tokens``, top-k/top-p); every problem
 gets one greedy completion and ``--num_samples`` sampled ones. With
 ``--checkpoint=WORKDIR`` the config saved in the run's checkpoint is used
 (``--config`` is then optional) and the policy of its latest checkpoint is
-evaluated; without it, the base model of ``--config``. Bad input (a missing
+evaluated; without it, the base model of ``--config``. Prompts read as the
+config's training prompts do (a config with LCPO's shaper appends each
+problem's "Think for N tokens."). Bad input (a missing
 file or field, k above num_samples) stops before any model is loaded.
 """
 

@@ -47,7 +47,12 @@ class Batch(NamedTuple):
     entropy_hat: [N, T] float32, HAPO's normalised entropy of each token
       over the batch's loss tokens (`entropy_norm.normalised_entropy` of
       the sampler's entropies), computed by the rollout for an objective
-      that reads it or for the adaptive sampler; None otherwise.
+      that reads it or for the adaptive sampler; None otherwise
+    replayed: [N] float32, 1 on rows replayed from earlier steps (RePO's
+      per-prompt cache, the rollout-level buffer), 0 on fresh rows; None
+      when the step replays nothing. With a replay coefficient
+      (`train.make_loss_functions`) the loss aggregates the two parts
+      separately and the regularisers read only the fresh rows.
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
@@ -60,6 +65,7 @@ class Batch(NamedTuple):
   sampler_topk_ids: Optional[jnp.ndarray] = None
   sampler_topk_logp: Optional[jnp.ndarray] = None
   entropy_hat: Optional[jnp.ndarray] = None
+  replayed: Optional[jnp.ndarray] = None
 
 
 def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
@@ -213,7 +219,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
                    logprob_batch_size: int = 0, beta: float = 0.0,
                    sampler_logp=None, on_policy: bool = False,
                    sampler_topk_ids=None, sampler_topk_logp=None,
-                   entropy_hat=None) -> Batch:
+                   entropy_hat=None, replayed=None) -> Batch:
   """Concatenates prompts and completions and adds old (and ref) log-probs.
 
   On policy (see `Batch`) the old log-prob pass is skipped and ``old_logp``
@@ -235,6 +241,7 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
     sampler_topk_ids, sampler_topk_logp: [N, T, K] the sampler's top-K
       ids and log-probs, or None (not recorded).
     entropy_hat: [N, T] HAPO's normalised entropies, or None.
+    replayed: [N] 1 on rows replayed from earlier steps, or None.
   """
   prompt_tokens = np.asarray(prompt_tokens)
   completion_tokens = np.asarray(completion_tokens)
@@ -277,4 +284,6 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
       sampler_topk_logp=None if sampler_topk_logp is None else jnp.asarray(
           sampler_topk_logp, jnp.float32),
       entropy_hat=None if entropy_hat is None else jnp.asarray(
-          entropy_hat, jnp.float32))
+          entropy_hat, jnp.float32),
+      replayed=None if replayed is None else jnp.asarray(replayed,
+                                                         jnp.float32))

@@ -125,14 +125,16 @@ class Checkpointer:
     steps = self.all_steps()
     return steps[-1] if steps else None
 
-  def restore(self, template: Any, step: Optional[int] = None
-              ) -> tuple:
+  def restore(self, template: Any, step: Optional[int] = None, *,
+              hints=()) -> tuple:
     """Restores checkpoint `step` (default: the latest).
 
     Args:
       template: a pytree with the structure, shapes and dtypes of the state
         (arrays or `jax.ShapeDtypeStruct`s), e.g. a freshly initialised state.
       step: which checkpoint; None for the latest.
+      hints: (path prefix, text) pairs: a `StateMismatch` at an array under
+        the prefix says the text too (the config field that sizes it).
 
     Returns:
       (state, metadata).
@@ -147,7 +149,7 @@ class Checkpointer:
       raise CorruptCheckpoint(
           f"checkpoint {step} in {self.directory} cannot be restored: "
           f"{_first_line(error)}") from error
-    self._check_same_state(step, stored, template)
+    self._check_same_state(step, stored, template, hints)
     full, template = template, _without_new_empty_entries(template, stored)
     abstract = jax.tree.map(_abstract, template)
     try:
@@ -164,7 +166,8 @@ class Checkpointer:
     return (_with_entries_of(restored[STATE], full),
             dict(restored[METADATA]))
 
-  def _check_same_state(self, step: int, stored, template) -> None:
+  def _check_same_state(self, step: int, stored, template, hints=()
+                        ) -> None:
     """Raises StateMismatch naming the first array whose path or shape
     differs between checkpoint `step` (orbax's metadata) and `template`."""
     want, have = _leaf_shapes(template), _leaf_shapes(stored)
@@ -178,14 +181,16 @@ class Checkpointer:
         problem = (f"holds {path} of shape {tuple(have[path])}; this config "
                    f"makes it {tuple(want[path])}")
       if problem:
+        problem += "".join(f" ({text})" for prefix, text in hints
+                           if path.startswith(prefix))
         raise StateMismatch(
             f"checkpoint {step} in {self.directory} {problem}: the config "
             "changed since the checkpoint was written. Resume with the "
             "config it saved (experiments.evaluate and train.restore_config "
             "read it), or train in a new --workdir.")
 
-  def restore_newest(self, template: Any, *, on_corrupt: str = "error"
-                     ) -> Optional[tuple]:
+  def restore_newest(self, template: Any, *, on_corrupt: str = "error",
+                     hints=()) -> Optional[tuple]:
     """(step, state, metadata) of the newest checkpoint, or None if none.
 
     A newest checkpoint that cannot be restored (twice: a passing storage
@@ -208,7 +213,7 @@ class Checkpointer:
       restored, error = None, None
       for _ in range(2):
         try:
-          restored = self.restore(template, step)
+          restored = self.restore(template, step, hints=hints)
           break
         except CorruptCheckpoint as e:
           error = e

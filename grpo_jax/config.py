@@ -10,6 +10,7 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
 
+import functools
 import inspect
 import math
 import os
@@ -17,6 +18,7 @@ import os
 import ml_collections
 
 from grpo_jax import data
+from grpo_jax import prompt_ids
 
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
@@ -93,9 +95,14 @@ def get_base_config() -> ml_collections.ConfigDict:
   # named here with its options: `select` (strategies.SELECTIONS), `groups`
   # (strategies.GROUP_STRATEGIES, e.g. DAPO's dynamic_sampling with
   # max_rounds and signal_reward), `credit` (credit.CREDIT), `rows`
-  # (strategies.ROW_STRATEGIES, e.g. mask_truncated).
+  # (strategies.ROW_STRATEGIES, e.g. mask_truncated), `filter`
+  # (strategies.MEMBER_FILTERS: which members of each group train, e.g.
+  # GFPO's k shortest), `budget` (strategies.BUDGETS: each prompt's group
+  # size within the N = num_prompts * num_generations rows, e.g.
+  # Knapsack-RL's knapsack; "fixed" = num_generations each).
   for stage, name in (("select", "uniform"), ("groups", "all_groups"),
-                      ("credit", "uniform"), ("rows", "all_rows")):
+                      ("credit", "uniform"), ("rows", "all_rows"),
+                      ("filter", "none"), ("budget", "fixed")):
     c[stage] = ml_collections.ConfigDict(
         dict(name=name, kwargs=ml_collections.ConfigDict()))
 
@@ -384,9 +391,8 @@ def _option_values(fns, kwargs) -> dict:
 
 
 def _check_estimator_sizes(c, advantages) -> None:
-  """Sizes an estimator's options must fit, before any compute: a per-prompt
-  table (``capacity``, SPO's tracker) holds every problem of the task, and
-  bundles of questions (``bundle_size``, RiskPO) split the P prompts."""
+  """Sizes an estimator's options must fit, before any compute: bundles of
+  questions (``bundle_size``, RiskPO) split the P prompts."""
   name = c.advantage.name
   spec = advantages.meta(name)["state"]
   fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
@@ -398,17 +404,21 @@ def _check_estimator_sizes(c, advantages) -> None:
           f"{c.rollout.num_prompts} (estimator {name!r} bundles the "
           "prompts of a batch)",
           "set a divisor of num_prompts, or change rollout.num_prompts")
-  capacity = options.get("capacity")
-  if capacity is not None and c.data.task == "arithmetic":
-    problems = data.ArithmeticTask(
-        digits=c.data.digits, ops=tuple(c.data.ops),
-        operands=c.data.operands).num_problems
-    if capacity < problems:
-      _fail("advantage.kwargs.capacity",
-            f"{capacity} slots cannot hold the {problems} problems of "
-            f"data.task='arithmetic' (estimator {name!r} keeps one slot per "
-            "data.Example.index)",
-            f"set --config.advantage.kwargs.capacity={problems} or more")
+  if spec is not None and spec.offline is not None:  # SPO's offline_init
+    from grpo_jax.advantages import trackers  # pylint: disable=g-import-not-at-top
+    try:
+      trackers.check_offline_init(options.get("offline_init", 0),
+                                  options.get("rho_min", 0.875))
+    except ValueError as e:
+      _fail("advantage.kwargs.offline_init", str(e).rstrip("."),
+            "set --config.advantage.kwargs.offline_init=0 or n > 0")
+    if options.get("offline_init") and c.data.task == "segments":
+      _fail("data.task", "'segments' cannot look a problem up by its index "
+            "(advantage.kwargs.offline_init profiles every training "
+            "problem)", "use data.task='arithmetic', 'gsm8k' or 'jsonl', "
+            "or offline_init=0")
+  # A per-prompt table (``capacity``) against the task's ids: in
+  # `_check_tracker_stages` (`prompt_ids.check_config`).
 
 
 def _check_tracker_stages(c, advantages) -> None:
@@ -429,16 +439,27 @@ def _check_tracker_stages(c, advantages) -> None:
             f"per-prompt tracker ({', '.join(needs)}), which "
             f"advantage.name={c.advantage.name!r} does not keep",
             "set --config.advantage.name=spo, or select.name=uniform")
-  if select.get("without_replacement") and c.data.task == "arithmetic":
-    problems = len(data.make_task(c.data, seed=c.seed).train_indices())
-    if c.rollout.num_prompts > problems:  # the problems are known here
-      _fail("rollout.num_prompts", f"{c.rollout.num_prompts} exceeds the "
-            f"{problems} training problems {c.select.name!r} draws from "
-            "without replacement", f"set rollout.num_prompts <= {problems}")
   if (by_state or references) and c.data.task == "segments":
     _fail("data.task", "'segments' cannot look a problem up by its index "
           f"(select {c.select.name!r}, groups {c.groups.name!r})",
           "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
+  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
+  if "divergence" in meta["reads"] and (meta.get("prompt_ids")
+                                        or "exact") != "exact":
+    # The revisit memory keeps one response per slot (revisits.make).
+    _fail("advantage.kwargs.prompt_ids", f"{meta['prompt_ids']!r} lets ids "
+          "share a slot, and the revisit memory that measures "
+          f"{c.advantage.name!r}'s divergence would rescore another "
+          "prompt's stored response under this one",
+          "set prompt_ids='exact' (capacity above the task's largest id), "
+          "or rho='constant'")
+  # Per-prompt tables against the task's ids (exact or hashed, by each
+  # entry's ``prompt_ids`` metadata), distinct ids where a stage keys on
+  # them, and enough problems for a draw without replacement; any task.
+  prompt_ids.check_config(c, by_id=[
+      f"{stage} {name!r}" for stage, name, used in (
+          ("select", c.select.name, by_state),
+          ("groups", c.groups.name, references)) if used])
   if not references:
     return
   if c.rewards.shapers:
@@ -458,6 +479,92 @@ def _check_tracker_stages(c, advantages) -> None:
     _fail("groups.name", f"{c.groups.name!r} replaces rows, but estimator "
           f"{c.advantage.name!r} reads GroupData.{stale[0]}, which is not "
           "rebuilt for them", "choose another estimator or group strategy")
+
+
+def _check_resampled_stages(c, advantages) -> None:
+  """A group strategy that hints from worked solutions (metadata
+  ``solutions``: GHPO) needs a task that gives them; one that builds a
+  group from rows of several rounds (``moves_rows``: AERO) needs rows that
+  carry no member slot or group context. Keyed on registry metadata."""
+  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  name = c.groups.name
+  meta = strategies.GROUP_STRATEGIES.entry(name).meta
+  if meta.get("solutions") and not data.TASKS.entry(c.data.task).meta.get(
+      "solutions"):
+    with_solutions = [n for n in data.TASKS.names()
+                      if data.TASKS.entry(n).meta.get("solutions")]
+    _fail("data.task", f"{c.data.task!r} gives no worked reference solution "
+          f"(data.Example.solution), which groups.name={name!r} hints from",
+          f"set --config.data.task={' or '.join(with_solutions)}, or use "
+          "another group strategy")
+  if "resample" in meta.get("reads", ()) and advantages.meta(
+      c.advantage.name, **c.advantage.kwargs).get("state") is not None:
+    # (Stateful shapers fold in the plain round 0 alone: rollout.generate.)
+    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
+          f"fold in the groups groups.name={name!r} draws again (hinted or "
+          "rebuilt from extra draws), not the policy's plain sample",
+          "use a stateless estimator (grpo), or another group strategy")
+  if not meta.get("moves_rows"):
+    return
+  g = c.rollout.num_generations
+  max_group = c.groups.kwargs.get("max_group", 0)
+  if g < 2 or (max_group and max_group <= g):
+    _fail("groups.kwargs.max_group" if g >= 2 else "rollout.num_generations",
+          f"groups.name={name!r} grows groups of G={g} up to max_group="
+          f"{max_group or 'G x max_rounds'}, and needs G >= 2 and "
+          "max_group > G", "set num_generations >= 2 and max_group > "
+          "num_generations (or 0)")
+  if len(c.rollout.member_temperatures):
+    _fail("rollout.member_temperatures", f"groups.name={name!r} moves rows "
+          "between member slots, and each slot samples at its own "
+          "temperature", "set rollout.member_temperatures=()")
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  if "answer_ids" in reads:
+    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
+          f"answer_ids, numbered within one round's group, and "
+          f"groups.name={name!r} joins rows of several rounds",
+          "choose another estimator or group strategy")
+  for shaper in c.rewards.shapers:
+    if "group_size" in rewards.SHAPERS.entry(shaper).meta.get("reads", ()):
+      _fail(f"rewards.shapers.{shaper}", "forms statistics over each "
+            f"round's group, and groups.name={name!r} joins rows of several "
+            "rounds", "remove it, or use another group strategy")
+
+
+def _check_replay_stages(c, objective, advantages) -> None:
+  """A group strategy that refills groups from a buffer of earlier steps
+  (registry metadata ``replays``: POPO) trains them through an objective
+  that weighs each row by its own behaviour log-probs, and rebuilds only
+  the fields it stores."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  name = c.groups.name
+  if not strategies.GROUP_STRATEGIES.entry(name).meta.get("replays"):
+    return
+  if not objective.behaviour_weight:
+    _fail("objective.name", f"{c.objective.name!r} does not weigh rows by "
+          f"the behaviour policy's log-probs, which groups.name={name!r} "
+          "replays from earlier steps (stale rows would train as on-policy)",
+          "set --config.objective.name=decoupled_ppo (is_cap=2.0)")
+  if c.rollout.get("record_topk", 0):
+    _fail("rollout.record_topk", "a replayed group keeps no sampler top-K "
+          f"(groups.name={name!r})", "set rollout.record_topk=0")
+  if c.rollout.get("temperature_tau", 0.0):
+    _fail("rollout.temperature_tau", "a replayed group keeps no per-token "
+          f"temperatures (groups.name={name!r})",
+          "set rollout.temperature_tau=0")
+  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
+  stale = [f for f in meta["reads"] if f in ("answer_ids", "greedy_rewards",
+                                             "divergence")
+           or f.startswith("segment_")]
+  if stale:
+    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
+          f"{stale[0]}, which groups.name={name!r} does not store for a "
+          "replayed group", "use grpo, dr_grpo or rloo")
+  if meta.get("state") is not None:
+    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
+          "fold in a replayed group's rewards a second time "
+          f"(groups.name={name!r})", "use a stateless estimator (grpo)")
 
 
 def _check_corrections(c, objective) -> None:
@@ -517,6 +624,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   # Late imports: configs stay importable without jax until validation.
   from grpo_jax import advantages, credit, kl, objectives  # pylint: disable=g-import-not-at-top
   from grpo_jax import checkpoint, rewards, rollout, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax.objectives import regularisers  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
@@ -598,22 +708,21 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive(c, "rewards.workers", allow_zero=True)
   _positive(c, "rewards.timeout_s")
   _positive(c, "rewards.deadline_s")
-  # Each shaper's options, reads and table size (`rewards.check_shapers`).
+  # Each shaper's options and reads (`rewards.check_shapers`); its table
+  # against the task's ids: `prompt_ids.check_config`, in the stage checks.
   rewards.check_shapers(
       c.rewards.shapers, functions=tuple(c.rewards.functions),
-      weights=tuple(c.rewards.weights), max_new_tokens=r.max_new_tokens,
-      num_problems=data.ArithmeticTask(
-          digits=c.data.digits, ops=tuple(c.data.ops),
-          operands=c.data.operands).num_problems
-      if c.data.task == "arithmetic" and c.rewards.shapers else None)
+      weights=tuple(c.rewards.weights), max_new_tokens=r.max_new_tokens)
 
   for stage, known in (("select", strategies.SELECTIONS),
                        ("groups", strategies.GROUP_STRATEGIES),
                        ("credit", credit.CREDIT),
                        ("rows", strategies.ROW_STRATEGIES)):
     _check_choice(f"{stage}.name", c[stage].name, known.names())
-  groups = _check_component("groups.kwargs", strategies.make_group_strategy,
-                            c.groups.name, c.groups.kwargs)
+  groups = _check_component(
+      "groups.kwargs", functools.partial(strategies.make_group_strategy,
+                                         layout=rollout.group_layout(c)),
+      c.groups.name, c.groups.kwargs)
   _check_component("select.kwargs", strategies.make_selection, c.select.name,
                    dict(c.select.kwargs,
                         rounds_per_step=groups.rounds_per_step))
@@ -635,6 +744,21 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _check_choice("advantage.name", c.advantage.name, advantages.names())
   _check_component("advantage.kwargs", advantages.make, c.advantage.name,
                    c.advantage.kwargs)
+  # The member filter's options against G' and the reward columns; one
+  # whose statistics are over the kept members needs an estimator that
+  # honours GroupData.members.
+  _check_choice("filter.name", c.filter.name,
+                strategies.MEMBER_FILTERS.names())
+  member_filter = _check_component(
+      "filter.kwargs", functools.partial(
+          strategies.make_member_filter, group_size=r.num_generations,
+          columns=columns), c.filter.name, c.filter.kwargs)
+  if (member_filter.statistics == "kept"
+      and not advantages.meta(c.advantage.name)["members"]):
+    _fail("advantage.name", f"{c.advantage.name!r} does not honour the kept "
+          f"members of filter {c.filter.name!r} (GroupData.members: its "
+          "mean and std over the kept subset)", "choose one that does: "
+          f"{', '.join(advantages.honouring_members())}")
   # Group data only some tasks give: per-segment rewards (SD-GRPO).
   segment_reads = [f for f in advantages.meta(c.advantage.name)["reads"]
                    if f.startswith("segment_")]
@@ -660,6 +784,8 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
   _check_estimator_sizes(c, advantages)
   _check_tracker_stages(c, advantages)
+  _check_resampled_stages(c, advantages)
+  budget_rollout.check_config(c)  # the budget stage and what it carries
 
   _check_choice("objective.name", c.objective.name, objectives.names())
   # The objective checks its own options (names, then values).
@@ -673,6 +799,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "a constant normaliser")
   _check_corrections(c, objective)
   _check_credit(c, objective, advantages)
+  _check_replay_stages(c, objective, advantages)
+  repo_rollout.check_config(c, objective)  # RePO's G + K rows per group
+  replay_rollout.check_config(c, objective)  # row replay's R stored rows
   if "sampler_topk_logp" in objective.reads and not r.record_topk:
     _fail("rollout.record_topk", f"is 0, but objective {c.objective.name!r} "
           "reads the sampler's top-K log-probs (sampler_topk_ids, "
@@ -724,11 +853,16 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not 0.0 < c.data.heldout_fraction < 1.0:
     _fail("data.heldout_fraction", f"{c.data.heldout_fraction!r} is not in (0, 1)",
           "hold out a share such as 0.2")
-  rows = r.num_prompts * r.num_generations
+  # RePO's groups carry K replay rows beside their G members.
+  extra = repo_rollout.extra_rows(c)
+  replayed = replay_rollout.replay_rows(c)  # row replay's R stored rows
+  rows = r.num_prompts * (r.num_generations + extra) + replayed
   if rows % t.num_minibatches:
     _fail("train.num_minibatches",
           f"{t.num_minibatches} does not divide the N={rows} rows of a step "
-          f"(num_prompts * num_generations)",
+          f"(num_prompts * num_generations"
+          + (f", + {extra} replay rows per group" if extra else "")
+          + (f", + {replayed} replayed rows)" if replayed else ")"),
           "choose a divisor of N")
   minibatch = rows // t.num_minibatches
   micro = t.microbatch_size or minibatch
@@ -736,6 +870,16 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("train.microbatch_size",
           f"{micro} does not divide the minibatch of {minibatch} rows",
           "choose a divisor of the minibatch, or 0 for no accumulation")
+  # Clip-Cov's random draw keys each token by its place in the minibatch.
+  whole = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
+      "whole_minibatch", False)
+  if micro < minibatch and (whole(**dict(c.objective.kwargs))
+                            if callable(whole) else whole):
+    _fail("train.microbatch_size",
+          f"{micro} splits the minibatch of {minibatch} rows, but objective "
+          f"{c.objective.name!r} draws over the whole minibatch's tokens",
+          "set --config.train.microbatch_size=0, or "
+          "--config.objective.kwargs.clip_cov_rule=top")
   if t.logprob_batch_size and rows % t.logprob_batch_size:
     _fail("train.logprob_batch_size",
           f"{t.logprob_batch_size} does not divide the N={rows} rows",

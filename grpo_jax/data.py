@@ -3,9 +3,10 @@
 Every source is a `Dataset`: ``train(step, batch_size)`` gives the batch of
 training step `step`, a pure function of (seed, step), so a resumed run sees the
 same data in the same order; ``heldout(n)`` gives n evaluation examples that no
-training batch ever contains. A training example carries its stable
-``index`` in [0, ``num_problems``) (per-prompt trackers key on it), and
-``example(index)`` gives it back.
+training batch ever contains. Every example carries its stable id,
+``index`` (`prompt_ids`: the arithmetic tasks' enumeration, a GSM8K or JSONL
+record's index or a JSONL file's ``id`` field; per-prompt state keys on
+it), and ``example(index)`` gives a training example back.
 
 | source            | train                          | heldout                  |
 |-------------------|--------------------------------|--------------------------|
@@ -31,7 +32,6 @@ The system prompt leaves the evaluation (greedy) room to improve.
 
 import hashlib
 import itertools
-import json
 import os
 import re
 from typing import (List, NamedTuple, Optional, Protocol, Sequence, Tuple,
@@ -39,7 +39,12 @@ from typing import (List, NamedTuple, Optional, Protocol, Sequence, Tuple,
 
 import numpy as np
 
+from grpo_jax import prompt_ids
+from grpo_jax import records
 from grpo_jax import registry
+from grpo_jax.records import ANSWER_KEYS, QUESTION_KEYS  # pylint: disable=unused-import
+
+_text = records.text
 
 OPERATORS = ("+", "-", "*")
 
@@ -391,35 +396,43 @@ class ListDataset:
 
   Training walks through `train_examples` in a new seeded permutation each
   epoch; batch `step` covers stream positions [step*B, (step+1)*B), so it is a
-  pure function of (seed, step, B) and batches can straddle epochs.
+  pure function of (seed, step, B) and batches can straddle epochs. Each
+  example keeps its id (`prompt_ids`: a record index or a file's ``id``);
+  a list without ids (-1) is numbered by position.
   """
 
   def __init__(self, train_examples: Sequence[Example],
                heldout_examples: Sequence[Example] = (), *, seed: int = 0):
     if not train_examples:
       raise ValueError("train_examples is empty.")
-    # A training example's index is its position: stable for a given list.
-    self.train_examples = [example._replace(index=i)
-                           for i, example in enumerate(train_examples)]
+    self.train_examples = list(train_examples)
+    if any(example.index < 0 for example in self.train_examples):
+      self.train_examples = [example._replace(index=i)
+                             for i, example in enumerate(train_examples)]
+    # id -> example; with repeated ids (a JSONL file's) the first wins, and
+    # config.validate refuses them where a stage keys state on the id.
+    self._by_id = {}
+    for example in self.train_examples:
+      self._by_id.setdefault(example.index, example)
     self.heldout_examples = list(heldout_examples)
     self.seed = seed
 
   @property
   def num_problems(self) -> int:
-    """The training examples (their indices are 0 .. num_problems - 1)."""
+    """The training examples."""
     return len(self.train_examples)
 
   def train_indices(self) -> np.ndarray:
-    """[M] int64, every training example's index."""
-    return np.arange(self.num_problems, dtype=np.int64)
+    """[M] int64, the distinct training ids, ascending."""
+    return np.asarray(sorted(self._by_id), np.int64)
 
   def example(self, index: int) -> Example:
-    """The training example of `index`."""
-    if not 0 <= index < self.num_problems:
+    """The training example of id `index`."""
+    if index not in self._by_id:
       raise ValueError(
-          f"index={index!r} is outside [0, {self.num_problems}) (the "
-          "training examples).")
-    return self.train_examples[index]
+          f"index={index!r} is not the id of a training example (ids "
+          f"{int(min(self._by_id))} .. {int(max(self._by_id))}).")
+    return self._by_id[index]
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng((self.seed, epoch))
@@ -460,12 +473,6 @@ def split_heldout(examples: Sequence[Example], *, fraction: float
   return train, heldout
 
 
-def _text(value) -> str:
-  if isinstance(value, bytes):
-    return value.decode("utf-8")
-  return str(value)
-
-
 def gsm8k_solution(text: str, answer: str) -> str:
   """GSM8K's worked solution as a completion: the calculator annotations
   (``<<48/2=24>>``) dropped and the closing ``#### 72`` written as
@@ -491,7 +498,7 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
       (`gsm8k_solution`).
 
   Returns:
-    The split's examples in stored order.
+    The split's examples in stored order, each its record index as id.
   """
   # Imported here: tfds is slow to import and only this source needs it.
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -510,27 +517,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
     answer = answer.strip().replace(",", "")
     solution = (gsm8k_solution(_text(record["answer"]), answer) if solutions
                 else "")
-    examples.append(Example(question, answer, solution=solution))
+    examples.append(Example(question, answer, i, solution=solution))
   return examples
-
-
-# Field names of benchmark files (MATH-500, AIME sets, GSM8K exports), tried
-# in order, case-insensitively: `jsonl`'s default for benchmark files.
-QUESTION_KEYS = ("question", "problem")
-ANSWER_KEYS = ("answer", "solution")
-
-
-def _find_key(record: dict, keys: Sequence[str]) -> Optional[str]:
-  """The first of `keys` in `record`, an exact match before one that
-  differs only in case ("Problem" for "problem"); None if none is."""
-  for key in keys:
-    if key in record:
-      return key
-    folded = [k for k in record if isinstance(k, str)
-              and k.lower() == key.lower()]
-    if folded:
-      return folded[0]
-  return None
 
 
 def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
@@ -549,42 +537,31 @@ def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
       `rewards.ANSWER_INSTRUCTION`.
 
   Returns:
-    The examples in file order. A missing file, a malformed line or a
-    missing key raises a ValueError naming the file, the line number and
-    the keys looked for.
+    The examples in file order, each with its id (`prompt_ids.record_ids`:
+    the records' integer ``id`` fields, else their index). A missing file,
+    a malformed line or a missing key raises a ValueError naming the file,
+    the line number and the keys looked for.
   """
   name = os.fspath(path)
-  if not os.path.isfile(name):
-    raise ValueError(f"{name}: no such file.")
   keys = {"question_key": (question_key,) if isinstance(question_key, str)
                          else tuple(question_key),
           "answer_key": (answer_key,) if isinstance(answer_key, str)
                         else tuple(answer_key)}
+  lines = records.read_jsonl(name)
+  ids = prompt_ids.record_ids([record for _, record in lines])
   examples = []
-  with open(name, encoding="utf-8") as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as error:
+  for (line_number, record), index in zip(lines, ids):
+    found = {}
+    for option, candidates in keys.items():
+      found[option] = records.find_key(record, candidates)
+      if found[option] is None or record[found[option]] is None:
         raise ValueError(
-            f"{name}:{line_number}: not valid JSON ({error.msg}).") from error
-      if not isinstance(record, dict):
-        raise ValueError(
-            f"{name}:{line_number}: expected a JSON object, got "
-            f"{type(record).__name__}.")
-      found = {}
-      for option, candidates in keys.items():
-        found[option] = _find_key(record, candidates)
-        if found[option] is None or record[found[option]] is None:
-          raise ValueError(
-              f"{name}:{line_number}: missing key "
-              f"{' or '.join(map(repr, candidates))} (keys: "
-              f"{sorted(record)}); set {option}= to the field's name.")
-      examples.append(Example(
-          _with_instruction(_text(record[found["question_key"]]), instruction),
-          _text(record[found["answer_key"]])))
+            f"{name}:{line_number}: missing key "
+            f"{' or '.join(map(repr, candidates))} (keys: "
+            f"{sorted(record)}); set {option}= to the field's name.")
+    examples.append(Example(
+        _with_instruction(_text(record[found["question_key"]]), instruction),
+        _text(record[found["answer_key"]]), index))
   if not examples:
     raise ValueError(f"{name}: holds no examples.")
   return examples
@@ -593,7 +570,9 @@ def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
 # ------------------------------------------------------------------ tasks
 
 
-@TASKS.register("arithmetic")
+# solutions: every example has a worked solution (`references.worked_solution`;
+# GHPO hints from it).
+@TASKS.register("arithmetic", solutions=True)
 def arithmetic_task(*, seed: int = 0, digits: int = 1,
                     ops: Sequence[str] = ("+",), operands: int = 2,
                     heldout_fraction: float = 0.2) -> ArithmeticTask:
@@ -612,7 +591,7 @@ def segments_task(*, seed: int = 0, digits: int = 1,
                      seed=seed, heldout_fraction=heldout_fraction)
 
 
-@TASKS.register("gsm8k")
+@TASKS.register("gsm8k", solutions=True)
 def gsm8k_task(*, seed: int = 0) -> ListDataset:
   """GSM8K's train split for training, its test split held out (tfds)."""
   return ListDataset(gsm8k("train", solutions=True), gsm8k("test"),

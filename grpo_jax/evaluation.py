@@ -262,6 +262,28 @@ def load_benchmark(benchmark: str, config, *, num_problems: int = 0,
   return examples[:num_problems or None]
 
 
+def prompt_shapers(config) -> dict:
+  """The config's shapers whose prompts must say something (LCPO's target
+  length, `rewards.shapers.Shaper.instruction`), name -> options: what
+  makes an evaluation prompt read like a training prompt."""
+  from grpo_jax.rewards import shapers as shapers_lib  # pylint: disable=g-import-not-at-top
+  return {name: dict(options)
+          for name, options in config.rewards.get("shapers", {}).items()
+          if shapers_lib.SHAPERS.entry(name).meta.get("instruction")}
+
+
+def as_prompted(config, examples: Sequence[data_lib.Example]) -> list:
+  """`examples` as training prompts them: each shaper's instruction
+  (`prompt_shapers`; LCPO's "Think for N tokens.", N from the example's
+  id) appended to the question, as `rollout.sample_round` does."""
+  from grpo_jax.rewards import shaping  # pylint: disable=g-import-not-at-top
+  shapers = prompt_shapers(config)
+  if not shapers:
+    return list(examples)
+  stage = shaping.make_shape_stage(shapers)
+  return shaping.with_instructions(list(examples), stage.shapers)
+
+
 def parse_references(examples: Sequence[data_lib.Example], *,
                      source: str) -> list:
   """The parsed reference answer of every example
@@ -414,7 +436,8 @@ def evaluate(config, *, benchmark: str = "heldout",
   """Greedy accuracy, pass@k and maj@k of a policy on `benchmark`.
 
   Every input is checked (k against num_samples, the benchmark's file,
-  fields and reference answers) before the model is loaded.
+  fields and reference answers) before the model is loaded. Prompts read
+  as in training (`as_prompted`: LCPO's target length appended).
 
   Args:
     config: a training config (model, data, rollout lengths and
@@ -438,9 +461,9 @@ def evaluate(config, *, benchmark: str = "heldout",
   batch_size = batch_size or config.eval.batch_size
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1; got {batch_size!r}.")
-  examples = load_benchmark(benchmark, config, num_problems=num_problems,
-                            question_key=question_key, answer_key=answer_key,
-                            data_dir=data_dir)
+  examples = as_prompted(config, load_benchmark(
+      benchmark, config, num_problems=num_problems, question_key=question_key,
+      answer_key=answer_key, data_dir=data_dir))
   golds = parse_references(examples, source=f"benchmark {benchmark!r}")
   model_config, params, tokenizer, step = policy_to_evaluate(config,
                                                              checkpoint)
@@ -479,6 +502,7 @@ def from_config(config, model_config, tokenizer) -> Optional[Callable]:
         f"config.eval.num_problems: {e.num_problems} held-out problems of "
         f"data.task={config.data.task!r} are not available ({error}); lower "
         "--config.eval.num_problems.") from error
+  examples = as_prompted(config, examples)  # LCPO's target, as in training
   golds = parse_references(examples, source="config.eval (held-out split)")
   ks = check_k(auto_k(e.k, e.num_samples), e.num_samples)
   sampling = Sampling.from_rollout(config, batch_size=e.batch_size)

@@ -62,6 +62,15 @@ class GroupData(NamedTuple):
       at that visit (`revisits`), 0 at a first visit (SPO's KL-adaptive
       forgetting). The rollout computes it only for an estimator that reads
       it.
+    members: [P, G] bool, the members of each group that count (a member
+      filter's kept subset, GFPO's k of G'); None = every member. A member
+      counts where ``valid[p] & members[p, g]``: one outside gets advantage
+      exactly 0, enters no group or batch statistic (the mean, std or
+      leave-one-out baseline is over the kept members; a group with fewer
+      than 2 kept, or kept rewards all equal, gets exactly 0), and its rows
+      carry no loss (the rollout zeroes their loss-mask rows). Only an
+      estimator whose metadata says ``members=True`` takes it
+      (`advantages.make` refuses it to any other).
 
   The rollout fills every field (`greedy_rewards` and the segment fields
   only for an estimator that reads them); the optional fields are None in
@@ -81,6 +90,7 @@ class GroupData(NamedTuple):
   segment_ids: Optional[jnp.ndarray] = None
   greedy_rewards: Optional[jnp.ndarray] = None
   divergence: Optional[jnp.ndarray] = None
+  members: Optional[jnp.ndarray] = None
 
 
 def _as_pgk(rewards) -> jnp.ndarray:
@@ -157,8 +167,8 @@ def weighted_sum(rewards, weights) -> jnp.ndarray:
   return (rewards * weights[None, None, :]).sum(axis=-1)
 
 
-def has_signal(rewards, weights=None, *, per_reward: bool = True
-               ) -> jnp.ndarray:
+def has_signal(rewards, weights=None, *, per_reward: bool = True,
+               members=None) -> jnp.ndarray:
   """[P] True where a group can get a nonzero advantage.
 
   per_reward=False (estimators over [P, G]): sum_k w_k R_k varies within the
@@ -173,6 +183,9 @@ def has_signal(rewards, weights=None, *, per_reward: bool = True
     rewards: [P, G] or [P, G, K].
     weights: [K]; default ones.
     per_reward: see above.
+    members: [P, G] bool, the members counted (`GroupData.members`);
+      default all. Equal rewards among a group's members (or fewer than
+      two of them) is no signal, whatever the others hold.
 
   Returns:
     [P] bool.
@@ -183,11 +196,16 @@ def has_signal(rewards, weights=None, *, per_reward: bool = True
     weighted = rewards * weights[None, None, :]
   else:
     weighted = weighted_sum(rewards, weights)[..., None]
-  return (weighted.max(axis=1) != weighted.min(axis=1)).any(axis=-1)
+  if members is None:
+    return (weighted.max(axis=1) != weighted.min(axis=1)).any(axis=-1)
+  kept = jnp.asarray(members, bool)[..., None]
+  high = jnp.where(kept, weighted, -jnp.inf).max(axis=1)
+  low = jnp.where(kept, weighted, jnp.inf).min(axis=1)
+  return (high > low).any(axis=-1)
 
 
 def collapse_rate(rewards, weights=None, *, per_reward: bool = True,
-                  valid=None) -> jnp.ndarray:
+                  valid=None, members=None) -> jnp.ndarray:
   """Share of groups without signal (`has_signal` False): 1 - mean_p signal.
 
   Groups that `has_signal` calls signal-free get exactly zero advantages, so
@@ -198,12 +216,15 @@ def collapse_rate(rewards, weights=None, *, per_reward: bool = True,
     weights: [K]; default ones.
     per_reward: as in `has_signal`; pass ``estimator.input == "PGK"``.
     valid: [P] bool, the groups counted; default all.
+    members: [P, G] bool, each group's members counted (`has_signal`);
+      default all.
 
   Returns:
     A float32 scalar in [0, 1]; 0 when no group is counted (P = 0).
   """
   rewards = _as_pgk(rewards)
   valid = check_valid(valid, rewards.shape[0])
-  signal = has_signal(rewards, weights, per_reward=per_reward)
+  signal = has_signal(rewards, weights, per_reward=per_reward,
+                      members=members)
   collapsed = (valid & ~signal).sum().astype(jnp.float32)
   return collapsed / jnp.maximum(valid.sum(), 1).astype(jnp.float32)

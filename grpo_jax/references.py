@@ -1,5 +1,6 @@
 """Reference solutions as completion rows (EDGE-GRPO's guided error
-correction, `strategies.groups.guided_correction`).
+correction, `strategies.groups.guided_correction`), and as hints in a
+prompt (GHPO, `strategies.resampled.ghpo`: `hint_examples`).
 
 `solution_text` writes a prompt's reference solution in the answer format
 the verifiers read; `reference_rows` tokenises one per prompt of a round as
@@ -15,6 +16,7 @@ import numpy as np
 
 from grpo_jax import data
 from grpo_jax import sampling
+from grpo_jax.strategies import hints
 from grpo_jax.strategies.groups import References
 
 
@@ -29,6 +31,48 @@ def solution_text(task, example: data.Example) -> str:
   if solve is not None:
     return solve(example)
   return f"The answer is \\boxed{{{example.answer}}}."
+
+
+def worked_solution(task, example: data.Example) -> str:
+  """`example`'s worked solution: its stored one (``Example.solution``,
+  GSM8K's), else the task's own (`task.solution`, the arithmetic task's
+  one-line working); "" when the task gives none (GHPO then has nothing to
+  hint from)."""
+  if example.solution:
+    return example.solution
+  solve = getattr(task, "solution", None)
+  return solve(example) if solve is not None else ""
+
+
+def hint_examples(examples: Sequence[data.Example], omegas, *, task,
+                  tokenizer, hint_text: str = hints.HINT_TEXT) -> list:
+  """GHPO's hinted prompts (`strategies.hints.hint_question`): each
+  example whose omega > 0 with its question followed by `hint_text` and
+  the first round(omega * n) of the n tokens of its worked solution
+  (`worked_solution`, tokenised by the policy's tokenizer, decoded back);
+  omega 0 leaves it as it is.
+
+  Raises:
+    ValueError: an example to hint has no worked solution (the task gives
+      none; config.validate refuses such tasks for GHPO up front).
+  """
+  omegas = np.asarray(omegas, np.float64)
+  if omegas.shape != (len(examples),):
+    raise ValueError(f"omegas must be one per example [{len(examples)}]; "
+                     f"got shape {omegas.shape}.")
+  decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True)
+  out = []
+  for example, omega in zip(examples, omegas):
+    if omega == 0:
+      out.append(example)
+      continue
+    solution = worked_solution(task, example)
+    tokens = (tokenizer.encode(solution, add_special_tokens=False)
+              if solution else None)
+    out.append(example._replace(question=hints.hint_question(
+        example.question, tokens, float(omega), decode=decode,
+        hint_text=hint_text)))
+  return out
 
 
 def encode_completions(tokenizer, texts: Sequence[str], *, num_tokens: int,

@@ -23,6 +23,8 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import prompt_ids as prompt_ids_lib
+
 
 class Revisits(NamedTuple):
   """The response stored at each slot's last visit.
@@ -105,18 +107,35 @@ def store(memory: Revisits, prompt_index, tokens, mask, logp, write
 
 class Memory(NamedTuple):
   """The rollout's `Revisits` component: ``init() -> state``; ``()`` and
-  ``active`` False when no estimator reads ``divergence``."""
+  ``active`` False when no estimator reads ``divergence``; `prompt_ids`
+  how ids take slots (the estimator's table's mode, `slots`)."""
   active: bool
   init: Callable[[], Any]
+  prompt_ids: str = "exact"
 
 
-def make(*, capacity: int = 0, num_tokens: int = 0) -> Memory:
+def make(*, capacity: int = 0, num_tokens: int = 0,
+         prompt_ids: str = "exact") -> Memory:
   """The memory of `capacity` slots of `num_tokens` tokens; inactive (no
   state) with capacity 0."""
   if not capacity:
     return Memory(False, lambda: ())
   init(capacity=capacity, num_tokens=num_tokens)  # checks the sizes
-  return Memory(True, lambda: init(capacity=capacity, num_tokens=num_tokens))
+  prompt_ids_lib.check_mode(prompt_ids)
+  if prompt_ids != "exact":  # a shared slot holds another prompt's response
+    raise ValueError(f"prompt_ids={prompt_ids!r}: the revisit memory needs "
+                     "'exact' ids (one prompt per slot), or D would rescore "
+                     "another prompt's response.")
+  return Memory(True, lambda: init(capacity=capacity, num_tokens=num_tokens),
+                prompt_ids)
+
+
+def slots(memory: Revisits, prompt_index, prompt_ids: str = "exact"):
+  """[P] int32, each prompt id's slot in `memory` (`prompt_ids.slots`; -1:
+  none), what `revisit` takes."""
+  slot, tracked = prompt_ids_lib.slots(
+      np.asarray(prompt_index), memory.tokens.shape[0], prompt_ids)
+  return np.where(tracked, slot, -1).astype(np.int32)
 
 
 def revisit(memory: Revisits, prompt_index, write, prompt_tokens,

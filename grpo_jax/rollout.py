@@ -68,7 +68,7 @@ from grpo_jax.rewards import verifiers as verifiers_lib
 
 # The stage components whose state the rollout carries, by state name.
 STAGES = ("select", "shape", "groups", "advantage", "credit", "rows",
-          "revisits", "temperature")
+          "revisits", "temperature", "filter", "budget")
 
 
 class Round(NamedTuple):
@@ -107,8 +107,17 @@ class Round(NamedTuple):
   # [P, G, T] float32, each token's sampling temperature, with HAPO's
   # entropy-adaptive sampler (`entropy_norm`; 0 under padding).
   token_temperatures: Optional[np.ndarray] = None
+  # [P] bool, groups a group strategy refilled from its buffer of earlier
+  # steps' groups (POPO); `sampled` then holds the round as sampled.
+  replayed: Optional[np.ndarray] = None
 
 
+# Folded into the step's key for a group strategy's own draw (POPO's
+# refill); rounds sample with fold_in(key, r), r < rounds_per_step.
+_GROUPS_KEY = 0x9A0
+# Folded into step 0's key for an estimator's offline pass (SPO's
+# offline_init); its sampler calls use fold_in(that key, call number).
+_OFFLINE_KEY = 0x0FF1
 # The GroupData fields `_segments` fills, for an estimator that reads them.
 SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
 # The Round (and Batch) fields of the sampler's top-K, when recorded.
@@ -261,7 +270,8 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
           verifier_weights=pipeline.weights[:len(pipeline.verifiers)],
           group_size=w, step=step,  # G + 1 with ReMax's greedy row
           prompt_index=np.repeat([e.index for e in examples], w),
-          sampler_logp=out.tempered_logprobs, mask=out.mask))
+          sampler_logp=out.tempered_logprobs, mask=out.mask,
+          tokens=out.tokens))
   errors = np.concatenate([np.asarray(errors), shape_errors])
   every_row = lambda x: np.asarray(x).reshape((p, w) + np.shape(x)[1:])
   grouped = lambda x: every_row(x)[:, :g]
@@ -373,6 +383,13 @@ def _credit_reads(names, gather, rows, pipeline: Pipeline) -> dict:
           for name in names}
 
 
+def _replayed(selected: strategies.Selected) -> np.ndarray:
+  """[P] bool, the batch's groups refilled from a group buffer."""
+  return np.asarray([selected.rounds[r].replayed is not None
+                     and bool(selected.rounds[r].replayed[i])
+                     for r, i in selected.picks], bool)
+
+
 def _gather(selected: strategies.Selected, field: str) -> np.ndarray:
   """[P, ...] of `field` over the picked (round, group) pairs."""
   return np.stack([getattr(selected.rounds[r], field)[i]
@@ -424,31 +441,77 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     (Batch, measurements dict of floats, states).
   """
   c, states = pipeline.components, dict(states)
+  if "budget" in c and c["budget"].active:  # ragged groups in N rows
+    from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+    return budget_rollout.generate(params, ref_params, step, key, states,
+                                   pipeline=pipeline)
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
+      "extra_rows"):  # RePO: G + K rows per group
+    from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
+    return repo_rollout.generate(params, ref_params, step, key, states,
+                                 pipeline=pipeline)
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
+      "replay_rows"):  # row replay: P * G fresh + R stored rows
+    from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
+    return replay_rollout.generate(params, ref_params, step, key, states,
+                                   pipeline=pipeline)
   p, g = pipeline.num_prompts, pipeline.sampler.num_generations
   t0 = time.perf_counter()
+  offline_measures = {}
+  if step == 0 and c["advantage"].offline is not None:
+    # SPO's offline init: the state from n samples of every training
+    # problem under the initial policy, before step 0 draws by it. Step 0
+    # is the flag: a resumed run starts after its checkpoint's step >= 1.
+    from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+    states["advantage"], offline_measures = c["advantage"].offline(
+        states["advantage"], budget_rollout.profile_fn(
+            params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
+        pipeline.task.train_indices())
 
-  def draw(r):  # select, sample, score and shape round r
-    examples = c["select"].select(
+  def examples(r):  # the prompts round r selects (a pure function)
+    return c["select"].select(
         pipeline.task, step, r, p,
         **{name: states[name] for name in c["select"].reads})
-    return sample_round(params, examples, jax.random.fold_in(key, r),
+
+  def resample(r, given):  # sample, score and shape P examples, key r
+    return sample_round(params, list(given), jax.random.fold_in(key, r),
                         pipeline=pipeline, step=step,
                         shape_states=states.get("shape"),
                         temperature_rule=rule)
+
+  draw = lambda r: resample(r, examples(r))  # round r of the selection
 
   # HAPO's entropy-adaptive sampler: the previous step's statistics.
   entropy_stage = c.get("temperature")
   rule = None if entropy_stage is None else entropy_stage.rule(
       states.get("temperature") or entropy_stage.init())
 
-  helpers = {"reference": lambda: _reference_fn(params, pipeline)}
+  helpers = {"reference": lambda: _reference_fn(params, pipeline),
+             # A stateful strategy's clock and its draw's own key.
+             "step": lambda: step,
+             "key": lambda: jax.random.fold_in(key, _GROUPS_KEY),
+             # The step's prompts drawn again (GHPO's hints, AERO).
+             "examples": lambda: examples, "resample": lambda: resample,
+             "hint": lambda: functools.partial(
+                 references_lib.hint_examples, task=pipeline.task,
+                 tokenizer=pipeline.tokenizer)}
   selected, states["groups"] = c["groups"].apply(
       states["groups"], draw, p,
       **{name: helpers[name]() for name in c["groups"].reads})
   if "shape" in c:  # a stateful shaper folds in every round drawn
+    # A strategy that samples the step's own prompts again (reads
+    # "resample": GHPO's hinted rounds, AERO's extra draws) folds in its
+    # plain round 0 alone: per-prompt history sees the policy's plain
+    # sample, once per step, not hinted (easier) or re-drawn rows.
+    folded = selected.rounds
+    if "resample" in c["groups"].reads:
+      folded = selected.rounds[:1]
     states["shape"] = shaping_lib.update_states(
         pipeline.shapers, states["shape"],
-        [_shape_data(rnd, pipeline, step) for rnd in selected.rounds])
+        # Groups refilled from a buffer were folded in when drawn; a round
+        # rebuilt from others' rows (AERO) folds in as it was sampled.
+        [_shape_data(rnd if rnd.sampled is None else rnd.sampled, pipeline,
+                     step) for rnd in folded])
   gather = lambda field: _gather(selected, field)
   t1 = time.perf_counter()
 
@@ -461,7 +524,9 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     # Each prompt's stored response rescored, then member 0's stored.
     temperature = float(member_temperatures(pipeline.sampler)[0])
     divergence, states["revisits"], revisit_measures = revisits_lib.revisit(
-        states["revisits"], gather("prompt_index"), selected.valid,
+        states["revisits"], revisits_lib.slots(
+            states["revisits"], gather("prompt_index"),
+            c["revisits"].prompt_ids), selected.valid,
         prompt_tokens, prompt_mask, gather("tokens")[:, 0],
         gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
             params, *rows, temperature)[0])
@@ -483,6 +548,13 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       divergence=divergence,
       **{field: jnp.asarray(gather(field)) for field in SEGMENT_FIELDS
          if getattr(selected.rounds[0], field) is not None})
+  # The member filter (GFPO, BPPO): kept rows [N] (None: all), a token
+  # mask, and GroupData.members where the estimator sees only the kept.
+  groups, kept_rows, kept_tokens, filter_state, filter_measures = (
+      strategies.filter_members(c.get("filter"), states.get("filter"),
+                                groups, gather("mask").reshape(p * g, -1)))
+  if "filter" in c:
+    states["filter"] = filter_state
   adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
                                                      groups)
   n = p * g
@@ -491,6 +563,13 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   adv = {"group": rows, "token": np.asarray}[c["advantage"].output](adv)
   sample_mask = rows(gather("mask"))
   loss_mask = sample_mask * np.repeat(selected.valid, g)[:, None]
+  if kept_rows is not None:  # filtered members: no loss, advantage 0
+    kept_rows = np.asarray(kept_rows, bool)
+    loss_mask = loss_mask * kept_rows[:, None]
+    adv = np.where(kept_rows.reshape((n,) + (1,) * (adv.ndim - 1)), adv,
+                   0.0).astype(np.float32)
+  if kept_tokens is not None:  # BPPO's prefix
+    loss_mask = loss_mask * np.asarray(kept_tokens, np.float32)
   credited, states["credit"] = c["credit"].apply(
       states["credit"], adv, loss_mask,
       **_credit_reads(c["credit"].reads, gather, rows, pipeline))
@@ -512,19 +591,38 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
         base=np.tile(member_temperatures(pipeline.sampler), p))
     if rule is not None:  # the next step's sampler reads these
       states["temperature"] = entropy_norm.newer(stats, rule.stats)
+  # Groups refilled from a buffer (POPO): marked in every step's batch (one
+  # structure), so the on-policy update leaves them out of the sampler gap.
+  replayed = {}
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
+    replayed["replayed"] = np.repeat(_replayed(selected), g).astype(
+        np.float32)
   batch = pipeline.assemble(
       params, ref_params, prompt_tokens, prompt_mask, rows(gather("tokens")),
       sample_mask, loss_mask, adv, sampler_logp=sampler_logp, **topk,
-      **entropy)
+      **entropy, **replayed)
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
   measurements = describe(selected, adv, batch, pipeline,
-                          estimator=c["advantage"])
+                          estimator=c["advantage"], members=groups.members,
+                          kept_rows=kept_rows)
   measurements.update(credit_lib.measurements(c["credit"].name, credited))
   measurements.update(revisit_measures)
+  measurements.update(filter_measures)
+  measurements.update(selected.measurements or {})
   measurements.update(entropy_measures)
+  measurements.update(offline_measures)
   measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
   return batch, measurements, states
+
+
+def nonzero_gradient_share(row_abs, trained) -> float:
+  """The share of the trained rows (`trained` [N] bool: real, in a valid
+  group, kept by any filter) whose advantage is not 0 (`row_abs` [N], the
+  row's |advantage| or its tokens' mean); 0 when none trains."""
+  trained = np.asarray(trained, bool)
+  return float((np.asarray(row_abs)[trained] > 0).sum()
+               / max(int(trained.sum()), 1))
 
 
 def _row_abs_mean(adv, batch) -> np.ndarray:
@@ -537,24 +635,42 @@ def _row_abs_mean(adv, batch) -> np.ndarray:
 
 
 def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
-             *, estimator) -> dict:
+             *, estimator, members=None, kept_rows=None) -> dict:
   """The rollout's measurements. Rewards, lengths and collapse describe the
   step's plain sample (round 0), so that they compare across configs with
   and without a group strategy that samples again (or injects reference
-  rows: the round as sampled, `Round.sampled`)."""
+  rows: the round as sampled, `Round.sampled`). A member filter's kept
+  members (`members` [P, G], the estimator's view; `kept_rows` [N], the
+  rows that train) narrow collapse and the advantage figures to them."""
   first = selected.rounds[0].sampled or selected.rounds[0]
   g = pipeline.sampler.num_generations
   valid = np.asarray(selected.valid)
   weights = pipeline.weights
+  per_reward = estimator.input == "PGK"
+  if members is None:
+    collapse = groups_lib.collapse_rate(first.rewards, weights,
+                                        per_reward=per_reward)
+  else:  # the kept members of the step's groups, as the estimator saw
+    collapse = groups_lib.collapse_rate(
+        _gather(selected, "rewards"), weights, per_reward=per_reward,
+        members=np.asarray(members, bool))
+  # The rows that train: the valid groups' (fillers' advantages are 0 and
+  # do not count), a filter's kept members only.
+  trained = np.repeat(valid, g)
+  if kept_rows is not None:
+    trained = trained & np.asarray(kept_rows, bool)
+  row_abs = _row_abs_mean(adv, batch)
   m = {
       "reward/total": float((first.rewards * weights).sum(-1).mean()),
       # Groups without signal as the estimator sees them: advantages 0.
-      "advantage/collapse_rate": float(groups_lib.collapse_rate(
-          first.rewards, weights, per_reward=estimator.input == "PGK")),
-      # Over the valid groups' rows (fillers' advantages are 0 and do not
-      # count); token-level advantages as each row's mean over its tokens.
-      "advantage/abs_mean": float(_row_abs_mean(adv, batch).sum()
-                                  / max(valid.sum() * g, 1)),
+      "advantage/collapse_rate": float(collapse),
+      # Token-level advantages as each row's mean over its tokens.
+      "advantage/abs_mean": float(row_abs[trained].sum()
+                                  / max(trained.sum(), 1)),
+      # Rows that move the policy (`nonzero_gradient_share`; the budget
+      # path's is defined alike).
+      "rollout/nonzero_gradient_share": nonzero_gradient_share(row_abs,
+                                                               trained),
       "completion_length/mean": float(first.lengths.mean()),
       "completion_length/max": float(first.lengths.max()),
       "truncation_rate": float(first.truncated.mean()),
@@ -592,6 +708,8 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
                                      .sum(-1).mean())
   if batch.old_logp is not None:  # on policy the update measures it
     sampled = np.asarray(batch.input_mask)[:, -batch.old_logp.shape[1]:]
+    # Rows refilled from a buffer were sampled by an older policy.
+    sampled = sampled * ~np.repeat(_replayed(selected), g)[:, None]
     m["logprob/sampler_trainer_max_abs_diff"] = float(
         batch_lib.sampler_mismatch(np.asarray(batch.old_logp),
                                    np.asarray(batch.sampler_logp), sampled))
@@ -601,6 +719,16 @@ def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
 
 
 # --------------------------------------------------------- from a config
+
+
+def group_layout(config) -> strategies.GroupLayout:
+  """What a stateful group strategy's state is shaped by (`GroupLayout`)."""
+  return strategies.GroupLayout(
+      num_generations=int(config.rollout.num_generations),
+      max_new_tokens=int(config.rollout.max_new_tokens),
+      prompt_len=int(max(config.data.prompt_buckets)),
+      weights=tuple(float(w) for w in config.rewards.weights) + tuple(
+          float(o["weight"]) for o in config.rewards.shapers.values()))
 
 
 def is_on_policy(config) -> bool:
@@ -619,8 +747,8 @@ def _jitted(estimator):
 
 def make_components(config) -> dict:
   """The stage components of `config` by state name (`STAGES`)."""
-  rounds = strategies.make_group_strategy(config.groups.name,
-                                          **config.groups.kwargs)
+  rounds = strategies.make_group_strategy(
+      config.groups.name, layout=group_layout(config), **config.groups.kwargs)
   return {
       "select": strategies.make_selection(
           config.select.name, rounds_per_step=rounds.rounds_per_step,
@@ -632,8 +760,18 @@ def make_components(config) -> dict:
       "credit": credit_lib.make(config.credit.name, **config.credit.kwargs),
       "rows": strategies.make_row_strategy(config.rows.name,
                                            **config.rows.kwargs),
+      "filter": strategies.make_member_filter(
+          config.filter.name, group_size=int(config.rollout.num_generations),
+          columns=tuple(config.rewards.functions)
+          + tuple(config.rewards.shapers), **config.filter.kwargs),
       "revisits": _revisit_memory(config),
       "temperature": _entropy_stage(config),
+      # Group sizes per prompt (strategies.allocation); "fixed" is inactive.
+      "budget": strategies.make_budget(
+          config.budget.name, num_prompts=int(config.rollout.num_prompts),
+          num_rows=int(config.rollout.num_prompts
+                       * config.rollout.num_generations),
+          **config.budget.kwargs),
   }
 
 
@@ -661,8 +799,10 @@ def _revisit_memory(config) -> revisits_lib.Memory:
   init = advantages_lib.meta(name)["state"].init
   capacity = options.get(
       "capacity", inspect.signature(init).parameters["capacity"].default)
-  return revisits_lib.make(capacity=int(capacity),
-                           num_tokens=int(config.rollout.max_new_tokens))
+  return revisits_lib.make(
+      capacity=int(capacity), num_tokens=int(config.rollout.max_new_tokens),
+      prompt_ids=advantages_lib.meta(name, **options).get("prompt_ids")
+      or "exact")
 
 
 def _trainer_logprobs(params, tokens, input_mask, completion_start,

@@ -198,10 +198,21 @@ def pad_prompts(token_lists: Sequence[Sequence[int]], *,
 
 
 def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
-                  max_new_tokens, temperature, top_k, top_p):
+                  max_new_tokens, temperature, top_k, top_p, row_prompt=None):
   """ValueErrors naming the argument for unusable `sample` inputs."""
   if num_samples < 1:
     raise ValueError(f"num_samples must be >= 1; got {num_samples}.")
+  if row_prompt is not None:
+    if np.ndim(row_prompt) != 1 or num_samples != 1:
+      raise ValueError(
+          f"row_prompt must be [N] (one prompt index per row, -1 padding) "
+          f"with num_samples=1; got shape {np.shape(row_prompt)} and "
+          f"num_samples={num_samples}.")
+    if not isinstance(row_prompt, jax.core.Tracer) and np.any(
+        np.asarray(row_prompt) >= np.shape(prompt_tokens)[0]):
+      raise ValueError(
+          f"row_prompt holds {int(np.max(row_prompt))}, beyond the "
+          f"{np.shape(prompt_tokens)[0]} prompts.")
   if max_new_tokens < 1:
     raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}.")
   if top_k is not None and not 1 <= top_k <= config.vocab_size:
@@ -218,8 +229,9 @@ def _check_inputs(config, prompt_tokens, prompt_mask, *, num_samples,
     raise ValueError(
         f"prompt_mask has shape {np.shape(prompt_mask)} but prompt_tokens has "
         f"shape {np.shape(prompt_tokens)}; they must match.")
-  logprobs_lib.check_temperature(temperature,
-                                 np.shape(prompt_tokens)[0] * num_samples)
+  logprobs_lib.check_temperature(
+      temperature, np.shape(prompt_tokens)[0] * num_samples
+      if row_prompt is None else np.shape(row_prompt)[0])
   if isinstance(prompt_mask, jax.core.Tracer):
     return  # Values are checked only when they are known.
   mask = np.asarray(prompt_mask) > 0
@@ -247,8 +259,8 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
            top_k: Optional[int] = None, top_p: Optional[float] = None,
            greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0,
            record_topk: int = 0,
-           temperature_rule: Optional[entropy_norm.TemperatureRule] = None
-           ) -> SampleOutput:
+           temperature_rule: Optional[entropy_norm.TemperatureRule] = None,
+           row_prompt=None) -> SampleOutput:
   """Samples G completions for each of P left-padded prompts.
 
   Row n draws ``y_t ~ q(. | prompt, y_<t)`` with ``q = softmax(z / tau_n)``,
@@ -289,13 +301,18 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
       the entropy of ``softmax(z / tau_n)`` normalised by the rule's
       statistics (`entropy_norm.adaptive_temperature`), and each token's
       temperature is recorded (`SampleOutput.temperatures`).
+    row_prompt: None (rows ``p*G + g``), or [N] int32 (traced: any values
+      share one compile per N), the prompt each row continues: groups of
+      different sizes (a budget strategy's ragged rows) still prefill each
+      prompt once, and a row of -1 is padding: it ends before its first
+      token (length 0, not truncated). Needs num_samples=1.
 
   Returns:
     `SampleOutput` with N = P*G rows ordered ``p*G + g``.
   """
   _check_inputs(config, prompt_tokens, prompt_mask, num_samples=num_samples,
                 max_new_tokens=max_new_tokens, temperature=temperature,
-                top_k=top_k, top_p=top_p)
+                top_k=top_k, top_p=top_p, row_prompt=row_prompt)
   if (isinstance(record_topk, bool) or not isinstance(
       record_topk, (int, np.integer))
       or not 0 <= record_topk <= config.vocab_size):
@@ -304,7 +321,8 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
         f"(0: off); got {record_topk!r}.")
   if temperature_rule is not None:
     temperature_rule = _check_rule(temperature_rule)
-  num_rows = np.shape(prompt_tokens)[0] * int(num_samples)
+  num_rows = (np.shape(prompt_tokens)[0] * int(num_samples)
+              if row_prompt is None else np.shape(row_prompt)[0])
   # One code path: every temperature is [N] from here (greedy: all rows 0), so
   # a float and an array share one compile. A known value goes in as a host
   # array: a jnp op under `jax.set_mesh` would type its result with the
@@ -325,7 +343,9 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
       top_p=None if top_p is None or top_p >= 1 else float(top_p),
       greedy=bool(greedy), eos_ids=tuple(int(i) for i in eos_ids),
       pad_id=int(pad_id), record_topk=int(record_topk),
-      temperature_rule=temperature_rule)
+      temperature_rule=temperature_rule,
+      row_prompt=None if row_prompt is None else jnp.asarray(row_prompt,
+                                                             jnp.int32))
 
 
 def _check_rule(rule) -> entropy_norm.TemperatureRule:
@@ -637,8 +657,9 @@ def _prefill(params, config, prompt_tokens, prompt_mask, prompt_slots,
                               "top_k", "top_p", "greedy", "eos_ids", "pad_id",
                               "record_topk"))
 def _sample(params, prompt_tokens, prompt_mask, key, temperature,
-            temperature_rule=None, *, config, num_samples, max_new_tokens,
-            top_k, top_p, greedy, eos_ids, pad_id, record_topk=0):
+            temperature_rule=None, row_prompt=None, *, config, num_samples,
+            max_new_tokens, top_k, top_p, greedy, eos_ids, pad_id,
+            record_topk=0):
   global _TRACE_COUNT
   _TRACE_COUNT += 1
   if lora.has_adapters(params):
@@ -646,7 +667,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     # matrix per projection, as without adapters.
     params = lora.merge(params, config.lora_scale)
   num_prompts, prompt_length = prompt_tokens.shape
-  num_rows = num_prompts * num_samples
+  num_rows = (num_prompts * num_samples if row_prompt is None
+              else row_prompt.shape[0])
   # `sample` passes [N]; a [] temperature (callers lowering `_sample`
   # directly) means every row.
   temperature = jnp.broadcast_to(temperature, (num_rows,))
@@ -659,8 +681,11 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
                            prompt_slots, unembedding)
 
   slots = jnp.arange(cache_length)
-  # Groups share the prefilled prompt: rows p*G + g copy prompt p.
+  # Groups share the prefilled prompt: rows p*G + g copy prompt p (or,
+  # with `row_prompt`, row n copies prompt row_prompt[n]).
   def repeat(x, axis=0):
+    if row_prompt is not None:
+      return jnp.take(x, jnp.maximum(row_prompt, 0), axis=axis)
     return jnp.repeat(x, num_samples, axis=axis)
   # Per-layer caches and weights for the unrolled decode step, the cache
   # laid out once for its attention dots (`_decode_layer`): the prefill's
@@ -736,7 +761,9 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
       step=jnp.zeros((), jnp.int32),
       last_tokens=jnp.zeros((num_rows,), jnp.int32),
       cache=cache,
-      done=jnp.zeros((num_rows,), bool),
+      # A padding row (row_prompt -1) is done before its first token.
+      done=(jnp.zeros((num_rows,), bool) if row_prompt is None
+            else row_prompt < 0),
       lengths=jnp.zeros((num_rows,), jnp.int32),
       tokens=jnp.full((num_rows, max_new_tokens), pad_id, jnp.int32),
       logprobs=empty,

@@ -59,6 +59,8 @@ from grpo_jax import optim
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import replay_rollout
+from grpo_jax import repo_rollout
 from grpo_jax import sharding
 from grpo_jax.models import loading
 from grpo_jax.models import lora
@@ -187,7 +189,8 @@ def make_loss_functions(*, model_config: models.ModelConfig,
                         corrections: Sequence[
                             corrections_lib.Correction] = (),
                         chunk_size: int = 4096,
-                        group_size: int = 1) -> LossFunctions:
+                        group_size: int = 1,
+                        replay_coef: Optional[float] = None) -> LossFunctions:
   """The objective plus regularisers on the policy's log-probs.
 
   Args:
@@ -204,6 +207,11 @@ def make_loss_functions(*, model_config: models.ModelConfig,
     group_size: rows in consecutive blocks of this size share their prompt
       (a rollout's G completions), whose forward pass then runs once per
       block (`batch.completion_hidden`); 1 for batches laid out otherwise.
+    replay_coef: None, or c_off of a batch with replayed rows
+      (``Batch.replayed``; RePO, arXiv 2506.09340): the loss is then
+      ``agg(fresh rows) + c_off * agg(replayed rows)``, each part divided by
+      its own count, and the regularisers (KL) read only the fresh rows. A
+      batch without ``replayed`` has no replayed rows.
 
   The log-probs use each row's sampling temperature (``Batch.temperature``),
   so that on policy every ratio is 1.
@@ -277,32 +285,53 @@ def make_loss_functions(*, model_config: models.ModelConfig,
         {k: None if v is None else jax.lax.stop_gradient(v)
          for k, v in arrays.items()},
         batch_stats.get("corrections"))
-    _, aux = objective.loss(
-        states["objective"], logp, old, micro.advantages, mask,
+    objective_loss = lambda part: objective.loss(
+        states["objective"], logp, old, micro.advantages, part,
         batch_stats=batch_stats.get("objective"), token_weights=weights,
         **_read(arrays, objective.reads,
-                component=f"objective {objective.name!r}"))
+                component=f"objective {objective.name!r}"))[1]
+    fresh, off = _replay_masks(mask, micro)
+    aux = objective_loss(fresh)
     loss = measures.safe_divide(aux.loss_sum, counts["objective"])
     records.update(aux.measures(), entropy=measures.Mean.of(
         jax.lax.stop_gradient(entropy), mask))
+    if off is not None:  # RePO: the replayed rows' own aggregate, x c_off
+      aux_off = objective_loss(off)
+      loss += replay_coef * measures.safe_divide(aux_off.loss_sum,
+                                                 counts["replayed"])
+      records.update({f"replayed/{k}": v
+                      for k, v in aux_off.measures().items()})
     for reg in regularisers:
       sc, reg_records = reg.loss(
-          states[reg.name], logp, mask,
+          states[reg.name], logp, fresh,
           **_read(arrays, reg.reads, component=f"regulariser {reg.name!r}"))
       loss += measures.safe_divide(sc.total, counts[reg.name])
       records.update(measures.stop_gradient(reg_records))
     if micro.old_logp is None and micro.sampler_logp is not None:
       # On policy the sampler's log-probs came from these params: measure
       # the gap over every sampled token, not only the loss's. (Off policy
-      # the rollout measures it, before the params move.)
+      # the rollout measures it, before the params move.) Rows replayed
+      # from earlier steps (POPO, RePO) were sampled by an older policy.
       sampled = micro.input_mask[:, -mask.shape[1]:]
+      if getattr(micro, "replayed", None) is not None:
+        sampled = sampled * (1 - micro.replayed.astype(sampled.dtype))[:, None]
       records["logprob/sampler_trainer_max_abs_diff"] = measures.Max.of(
           jnp.abs(jax.lax.stop_gradient(logp) - micro.sampler_logp), sampled)
     return loss, records
 
-  def counts(mask):
-    return {"objective": objective.count(mask),
-            **{reg.name: reg.count(mask) for reg in regularisers}}
+  def _replay_masks(mask, batch):
+    """(fresh, replayed) loss masks; (mask, None) without a split."""
+    replayed = getattr(batch, "replayed", None)
+    if replay_coef is None or replayed is None:
+      return mask, None
+    off = jnp.asarray(replayed, mask.dtype)[:, None]
+    return mask * (1 - off), mask * off
+
+  def counts(mask, batch=None):
+    fresh, off = _replay_masks(mask, batch)
+    return {"objective": objective.count(fresh),
+            **({} if off is None else {"replayed": objective.count(off)}),
+            **{reg.name: reg.count(fresh) for reg in regularisers}}
 
   needs_pre_pass = objective.prepass is not None or with_stats
   return LossFunctions(loss_fn, counts,
@@ -318,7 +347,7 @@ def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
   does not depend on `microbatch_size`. With `frozen` (a LoRA run's base)
   `params` are the adapters and the gradient is theirs alone."""
   micro_batches = split_microbatches(batch, microbatch_size)
-  counts = loss_functions.counts(batch.completion_mask)
+  counts = loss_functions.counts(batch.completion_mask, batch)
   model_params = lambda p: p if frozen is None else lora.combine(frozen, p)
   batch_stats = None
   # One microbatch is the minibatch: its own statistics are exact.
@@ -340,6 +369,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
                    corrections: Sequence[corrections_lib.Correction] = (),
                    microbatch_size: int = 0,
                    chunk_size: int = 4096, group_size: int = 1,
+                   replay_coef: Optional[float] = None,
                    jit: bool = True) -> Callable:
   """Builds ``update_fn(state, batch, frozen=None) -> (state, records)``:
   one optimiser step on one minibatch (`batch_lib.Batch` of M rows); a
@@ -352,13 +382,14 @@ def make_update_fn(*, model_config: models.ModelConfig,
   caller across minibatches. Arguments (`corrections` too): see
   `make_loss_functions`, and
   `microbatch_size` rows per accumulation step (0: the whole minibatch),
-  `group_size` rows per shared prompt,
+  `group_size` rows per shared prompt, `replay_coef` c_off of replayed
+  rows,
   `jit` to jit with the state donated (False for `sharding.jit_sharded`).
   """
   loss_functions = make_loss_functions(
       model_config=model_config, objective=objective,
       regularisers=regularisers, corrections=corrections,
-      chunk_size=chunk_size, group_size=group_size)
+      chunk_size=chunk_size, group_size=group_size, replay_coef=replay_coef)
 
   def update_fn(state: TrainState, batch, frozen=None):
     grads, loss, records = minibatch_gradient(
@@ -378,10 +409,15 @@ def make_update_fn(*, model_config: models.ModelConfig,
           states=dict(state.states, objective=objective.update(
               state.states["objective"], records)))
 
+    def skip(state):  # a stateful objective may still move (Clip-Cov's key)
+      return state._replace(states=dict(
+          state.states, objective=objective.update(
+              state.states["objective"], records, applied=False)))
+
     # A branch, not a `where` per leaf: a skipped update then costs nothing,
     # and an applied one does not also read and select the old params and
     # moments (README, "What changed in the performance work").
-    new_state = jax.lax.cond(apply, step, lambda state: state, state)
+    new_state = jax.lax.cond(apply, step, skip, state)
     count = lambda flag: measures.Sum(flag.astype(jnp.float32))
     records.update(
         loss=measures.Mean.scalar(loss),
@@ -439,6 +475,8 @@ class Loop(NamedTuple):
   max_failing_steps: int = 3
   reward_names: tuple = ()  # the verifiers' and the shapers'
   on_corrupt: str = "error"  # `checkpoint.ON_CORRUPT`
+  # (state path prefix, the config field sizing it) for restore errors.
+  state_hints: tuple = ()
 
 
 class Run(NamedTuple):
@@ -465,6 +503,16 @@ class Run(NamedTuple):
 def total_optimizer_steps(config) -> int:
   return (config.train.num_steps * config.train.num_iterations
           * config.train.num_minibatches)
+
+
+def update_group_size(config, components) -> int:
+  """The update's shared-prompt block (`make_update_fn` group_size), for
+  `build` and the planner alike: 1 under an active budget stage (ragged
+  groups: rows of a block no longer share a prompt), else G plus RePO's K
+  replay rows per group."""
+  if components["budget"].active or replay_rollout.replay_rows(config):
+    return 1  # (row replay: replayed rows carry their own prompts)
+  return config.rollout.num_generations + repo_rollout.extra_rows(config)
 
 
 def make_components(config) -> dict:
@@ -543,9 +591,12 @@ def build(config) -> Run:
                      components=components)
   # Params, optimiser state and reference params laid out on the mesh.
   mesh = sharding.mesh_from_config(config.mesh)
+  # RePO's groups carry K replay rows beside their G members.
+  extra = repo_rollout.extra_rows(config)
   sharding.check_rows(
-      config.rollout.num_prompts * config.rollout.num_generations
-      // config.train.num_minibatches, mesh, name="train.num_minibatches")
+      (config.rollout.num_prompts * (config.rollout.num_generations + extra)
+       + replay_rollout.replay_rows(config)) // config.train.num_minibatches,
+      mesh, name="train.num_minibatches")
   state = sharding.shard_tree(state, state.params, mesh)
   if frozen is not None:
     frozen = sharding.shard_params(frozen, mesh)
@@ -560,7 +611,8 @@ def build(config) -> Run:
       regularisers=regularisers, corrections=make_corrections(config),
       microbatch_size=config.train.microbatch_size,
       chunk_size=config.train.chunk_size,
-      group_size=config.rollout.num_generations, jit=False)
+      group_size=update_group_size(config, components),
+      replay_coef=repo_rollout.replay_coef(config), jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh, frozen=frozen)
   rollout_fn = rollout_lib.from_config(
       config, model_config, tokenizer,
@@ -578,10 +630,32 @@ def build(config) -> Run:
       # A shaper that raises counts like a verifier (its column is 0 then).
       reward_names=(tuple(config.rewards.functions)
                     + tuple(config.rewards.shapers)),
-      on_corrupt=config.checkpoint.on_corrupt)
+      on_corrupt=config.checkpoint.on_corrupt,
+      state_hints=_state_hints(config, components))
   evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, frozen,
              update_fn, rollout_fn, mesh, loop, evaluate_fn)
+
+
+def _state_hints(config, components) -> tuple:
+  """What sizes a stage's fixed-capacity state, for a checkpoint of
+  another size (`checkpoint.StateMismatch`)."""
+  # Clip-Cov's draw key is state since this release: an older checkpoint
+  # of a clip_cov run stored none (states/objective empty).
+  hints = (("states/objective/", (
+      f"objective {config.objective.name!r}'s state; a checkpoint written "
+      "before that objective kept state (clip_cov's draw key "
+      "objective.kwargs.seed, added later) holds none: resume it with the "
+      "code that wrote it, or train in a new --workdir")),)
+  if not jax.tree.leaves(components["groups"].init()):
+    return hints
+  return hints + (("states/groups/", (
+      f"group strategy {config.groups.name!r}'s buffer holds "
+      "config.groups.kwargs.capacity groups, each of rollout.num_generations "
+      "x rollout.max_new_tokens tokens and a prompt of the largest "
+      "data.prompt_buckets (RePO's: capacity prompts x "
+      "groups.kwargs.max_cache_size entries of rollout.max_new_tokens "
+      "tokens); resume with the capacity it was written with")),)
 
 
 # Folded into the seed for the LoRA A matrices' initialisation.
@@ -738,7 +812,8 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
     # stay usable (tests reuse one `run` for several trainings).
     state = jax.tree.map(jnp.copy, run.state)
     start, health = 0, faults.Health()
-    restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt)
+    restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt,
+                                           hints=loop.state_hints)
     if restored is not None:
       start, state, saved = restored
       health = faults.Health.from_json(saved.get("health"))

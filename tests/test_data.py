@@ -172,15 +172,16 @@ def test_jsonl_good(tmp_path):
   path = _write(tmp_path, [
       json.dumps({"question": "1+1?", "answer": "2"}), "",
       json.dumps({"question": "2*3?", "answer": 6, "extra": True})])
-  assert data.jsonl(path) == [data.Example("1+1?", "2"),
-                              data.Example("2*3?", "6")]
+  # Each record's index among the records is its id (blank lines skipped).
+  assert data.jsonl(path) == [data.Example("1+1?", "2", 0),
+                              data.Example("2*3?", "6", 1)]
   assert data.jsonl(path, instruction="Box it.")[0].question == "1+1? Box it."
 
 
 def test_jsonl_custom_keys(tmp_path):
   path = _write(tmp_path, [json.dumps({"problem": "p", "solution": "s"})])
   assert data.jsonl(path, question_key="problem", answer_key="solution") == [
-      data.Example("p", "s")]
+      data.Example("p", "s", 0)]
 
 
 def test_jsonl_malformed_line_names_file_and_line(tmp_path):
@@ -241,7 +242,8 @@ def test_gsm8k_maps_records_via_data_source():
   assert [e.answer for e in train] == ["7", "2400"]
   assert train[0].question == ("Tom has 3 apples and buys 4. How many? "
                                + rewards.ANSWER_INSTRUCTION)
-  assert test == [data.Example("What is 2 * 21?", "42")]
+  assert test == [data.Example("What is 2 * 21?", "42", 0)]
+  assert [e.index for e in train] == [0, 1]  # the record index
 
 
 def test_gsm8k_default_mock_data():

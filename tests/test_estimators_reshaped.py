@@ -111,9 +111,10 @@ def test_ngrpo_group_of_one_gives_zero():
 
 def test_ngrpo_options_and_reward_range_fail_at_validation():
   c = importlib.import_module("configs.ngrpo").get_config()
-  assert c.advantage.kwargs.r_max == pytest.approx(1.1)
+  assert c.advantage.kwargs.r_max == pytest.approx(1.0)  # binary reward
   config_lib.validate(c)
-  c.advantage.kwargs.r_max = 1.0  # accuracy + 0.1 format reaches 1.1
+  c.rewards.functions = ("accuracy", "format")
+  c.rewards.weights = (1.0, 0.1)  # accuracy + 0.1 format reaches 1.1
   with pytest.raises(ValueError) as error:
     config_lib.validate(c)
   for part in ("config.advantage", "'ngrpo'", "[-inf, 1]",

@@ -165,8 +165,8 @@ def test_math500_style_file_reads_problem_and_answer(tmp_path):
        "answer": "p - q"}])
   got = evaluation.load_benchmark(path, tiny_config())
   # "answer" comes before "solution" when both are there.
-  assert got == [data.Example("Simplify $\\sqrt{200}$.", "10\\sqrt{2}"),
-                 data.Example("Find $p$.", "p - q")]
+  assert got == [data.Example("Simplify $\\sqrt{200}$.", "10\\sqrt{2}", 0),
+                 data.Example("Find $p$.", "p - q", 1)]
   golds = evaluation.parse_references(got, source="math500")
   assert verifiers.matches_reference(
       verifiers.parse_answer("\\boxed{10\\sqrt{2}}"), golds[0])
@@ -181,7 +181,8 @@ def test_aime_style_file_with_capitalised_fields_and_integer_answers(
       {"ID": "2024-I-1", "Problem": "Find m+n.", "Answer": 204},
       {"ID": "2024-I-2", "Problem": "Find x.", "Answer": 25}])
   got = evaluation.load_benchmark(path, tiny_config(), num_problems=1)
-  assert got == [data.Example("Find m+n.", "204")]
+  # "ID" is not an integer "id" field: the record index is the id.
+  assert got == [data.Example("Find m+n.", "204", 0)]
 
 
 def test_solution_only_file_takes_the_boxed_answer(tmp_path):
@@ -199,7 +200,7 @@ def test_explicit_field_names(tmp_path):
   path = write_jsonl(tmp_path / "x.jsonl", [{"q": "1+1?", "a": "2"}])
   got = evaluation.load_benchmark(path, tiny_config(), question_key="q",
                                   answer_key="a")
-  assert got == [data.Example("1+1?", "2")]
+  assert got == [data.Example("1+1?", "2", 0)]
 
 
 @pytest.mark.parametrize("records,kwargs,match", [
@@ -246,9 +247,9 @@ def test_gsm8k_benchmark_is_the_test_split_through_tfds():
   with tfds.testing.mock_data(as_data_source_fn=_gsm8k_records):
     got = evaluation.load_benchmark("gsm8k", tiny_config())
     first = evaluation.load_benchmark("gsm8k", tiny_config(), num_problems=1)
-  assert got == [data.Example("What is 2 * 21?", "42"),
+  assert got == [data.Example("What is 2 * 21?", "42", 0),
                  data.Example("Sam earns $1,200 a week. How much in 2 weeks?",
-                              "2400")]
+                              "2400", 1)]
   assert first == got[:1]
 
 

@@ -282,13 +282,13 @@ def test_clip_cov_value_and_gradient(share, band):
   dropped, _ = top_covariance(a, logp, mask, share, cand)
   loss, g = jax.value_and_grad(lambda lp: objectives.clip_cov(
       lp, j(old), j(adv), j(mask), clip_cov_ratio=share, clip_cov_lb=band[0],
-      clip_cov_ub=band[1])[0])(j(logp))
+      clip_cov_ub=band[1], clip_cov_rule="top")[0])(j(logp))
   keep = real & ~dropped
   testing.assert_close(loss, (term * keep).sum() / real.sum(), rtol=1e-5)
   testing.assert_close(g, j(grad * keep / real.sum()), rtol=1e-5, atol=1e-7)
   _, aux = objectives.clip_cov(j(logp), j(old), j(adv), j(mask),
                                clip_cov_ratio=share, clip_cov_lb=band[0],
-                               clip_cov_ub=band[1])
+                               clip_cov_ub=band[1], clip_cov_rule="top")
   testing.assert_close(aux.extra["cov_selected"].value(),
                        dropped.sum() / real.sum())
   assert dropped.sum() == min(max(1, int(share * real.sum())), cand.sum())
@@ -301,7 +301,7 @@ def test_clip_cov_drops_gradients_on_policy_too():
   dropped, _ = top_covariance(a, logp, mask, 0.3, real)
   g = jax.grad(lambda lp: objectives.clip_cov(
       lp, j(logp), j(adv), j(mask), clip_cov_ratio=0.3, clip_cov_lb=-10.0,
-      clip_cov_ub=10.0)[0])(j(logp))
+      clip_cov_ub=10.0, clip_cov_rule="top")[0])(j(logp))
   testing.assert_close(g, j(-a * (real & ~dropped) / real.sum()), atol=1e-7)
   assert dropped.sum() > 0
 
@@ -331,14 +331,17 @@ def test_the_covariance_share_is_the_minibatchs_under_microbatching():
   logp, old, _, adv, mask = random_batch(n=8, spread=0.3)
   for name, opts in (("kl_cov", {"kl_cov_ratio": 0.1}),
                      ("clip_cov", {"clip_cov_ratio": 0.1,
-                                   "clip_cov_lb": -5.0})):
+                                   "clip_cov_lb": -5.0,
+                                   "clip_cov_rule": "top"})):
     objective = objectives.make(name, **opts)
+    state = objective.init()
     args = [j(v) for v in (logp, old, adv, mask)]
     stats = objective.prepass(*args)
-    _, whole = objective.loss((), *args, batch_stats=stats)
-    halves = [objective.loss((), *[v[s] for v in args], batch_stats=stats)[1]
+    _, whole = objective.loss(state, *args, batch_stats=stats)
+    halves = [objective.loss(state, *[v[s] for v in args],
+                             batch_stats=stats)[1]
               for s in (slice(0, 4), slice(4, 8))]
-    own = [objective.loss((), *[v[s] for v in args])[1]
+    own = [objective.loss(state, *[v[s] for v in args])[1]
            for s in (slice(0, 4), slice(4, 8))]
     total = lambda auxes: sum(float(x.extra["cov_selected"].total)
                               for x in auxes)

@@ -101,7 +101,11 @@ def setup(config, params, optimizer, objective="ppo_clip", options=None, *,
 
 # -------------------------------------------------------- accumulation
 
-MICROBATCH_CASES = [(name, {}) for name in objectives.names()] + [
+# Clip-Cov's random draw takes the minibatch whole (a split is refused:
+# tests/test_clip_cov_draw.py); its `top` rule microbatches exactly.
+MICROBATCH_CASES = [(name, {}) for name in objectives.names()
+                    if name != "clip_cov"] + [
+    ("clip_cov", {"clip_cov_rule": "top"}),
     ("ppo_clip", {"aggregation": "token_mean"}),
     ("ppo_clip", {"aggregation": "seq_mean_token_sum"}),
     ("ppo_clip", {"aggregation": "seq_mean_token_sum_norm", "horizon": 5}),
@@ -230,6 +234,31 @@ def test_non_finite_loss_skips_the_update(model):
   assert float(m["skipped_updates"]) == 0.0
   assert not np.array_equal(testing.numpy(state.params["embed"]),
                             before[0]["embed"])
+
+
+def test_a_skipped_update_still_advances_clip_covs_draw_key(model):
+  """Clip-Cov's draw key moves every optimiser step, applied or skipped
+  (split(key)[0]): the minibatch after a non-finite one draws a new
+  pattern. R2VPO's dual variable, updated from the step's measures, holds."""
+  config, params = model
+  optimizer = optim.make_optimizer(learning_rate=1e-2)
+  good = random_batch(config, params, jax.random.PRNGKey(2))
+  poisoned = good._replace(advantages=good.advantages.at[0].set(jnp.nan))
+  fn, fresh = setup(config, params, optimizer, "clip_cov",
+                    {"clip_cov_ratio": 0.5, "seed": 3})
+  state = fresh()
+  key = np.asarray(state.states["objective"].key)  # PRNGKey(3)
+  state, m = fn(state, poisoned)
+  assert float(m["skipped_updates"]) == 1.0
+  np.testing.assert_array_equal(np.asarray(state.states["objective"].key),
+                                np.asarray(jax.random.split(key)[0]))
+  fn, fresh = setup(config, params, optimizer, "r2vpo")
+  state = fresh()
+  before = jax.device_get(state.states["objective"])
+  state, m = fn(state, poisoned)
+  assert float(m["skipped_updates"]) == 1.0
+  testing.assert_close(jax.device_get(state.states["objective"]), before,
+                       rtol=0, atol=0)
 
 
 def test_a_skipped_update_reports_the_last_applied_rate_and_holds_the_schedule(
@@ -436,6 +465,23 @@ def test_on_policy_update_equals_the_recomputed_old_logp_update(model):
       pytest.approx(1e-3, rel=1e-2))
   assert not np.allclose(testing.numpy(got.params["embed"]),
                          testing.numpy(params["embed"]))
+
+
+def test_on_policy_mismatch_leaves_out_replayed_rows(model):
+  """Rows replayed from earlier steps (POPO, RePO: `Batch.replayed`) carry
+  an older policy's sampler log-probs, 0.3 off here; the on-policy gap
+  measures the fresh rows' numerics alone (1e-3)."""
+  config, params = model
+  batch = random_batch(config, params, jax.random.PRNGKey(2))
+  replayed = np.zeros(8, np.float32)
+  replayed[4:] = 1.0  # the second group, refilled
+  offset = np.where(replayed[:, None] > 0, -0.3, 1e-3)
+  batch = batch._replace(sampler_logp=batch.old_logp + offset, old_logp=None,
+                         replayed=jnp.asarray(replayed))
+  fn, fresh = setup(config, params, optax.sgd(1.0))
+  _, m = fn(fresh(), batch)
+  assert float(m["logprob/sampler_trainer_max_abs_diff"]) == (
+      pytest.approx(1e-3, rel=1e-2))
 
 
 @pytest.mark.parametrize("iterations,minibatches,expected", [

@@ -140,7 +140,8 @@ def test_the_mechanism_acts_on_the_second_minibatch(name):
 SHAPER_CONFIGS = {"lcpo": "lcpo", "grpo_lead": "grpo_lead",
                   "hapo_length": "hapo_length",
                   "length_budget": "length_budget", "consteer": "consteer",
-                  "pow3r": "pow3r"}
+                  "pow3r": "pow3r", "cosine_length": "cosine_length",
+                  "repetition_penalty": "repetition_penalty"}
 
 
 def _coin(name):
@@ -236,4 +237,68 @@ def test_the_credit_rule_acts_in_a_tiny_step(name):
       jax.tree.leaves(grads), jax.tree.leaves(grads_uniform)))
   scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(
       grads_uniform))
+  assert diff > 1e-3 * scale, (name, diff, scale)
+
+
+# -------------------------------------------------------- member filters
+
+# Configs whose mechanism is a member filter (strategies.MEMBER_FILTERS),
+# and the measure that shows it acting. One `:tiny` rollout with coin
+# rewards (the tiny model earns none) against the same step without the
+# filter: the measure above 0, the dropped rows out of the loss with
+# advantage 0, the kept rows' advantages over the kept subset (GFPO) or
+# the full group's (BPPO), and a gradient other than the unfiltered one.
+FILTER_MEASURES = {"gfpo": "dropped_share", "gfpo_adaptive": "dropped_share",
+                   "bppo": "prefix_cut"}
+
+
+def test_every_filter_config_is_checked():
+  assert {n for n in NAMES if tiny(n).filter.name != "none"} == set(
+      FILTER_MEASURES)
+
+
+@pytest.mark.parametrize("name", sorted(FILTER_MEASURES))
+def test_the_member_filter_acts_in_a_tiny_step(name):
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  config = tiny(name)
+  run = train.build(config)
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  pipeline = pipeline._replace(
+      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
+      scoring=pipeline.scoring._replace(workers=0))
+  unfiltered = pipeline._replace(components=dict(
+      pipeline.components, filter=strategies.make_member_filter(
+          "none", group_size=config.rollout.num_generations)))
+  states = {n: run.state.states[n] for n in rollout.STAGES}
+  with jax.set_mesh(run.mesh):
+    batch, m, new_states = rollout.generate(
+        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
+        pipeline=pipeline)
+    plain, _, _ = rollout.generate(
+        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3),
+        dict(states, filter=()), pipeline=unfiltered)
+  assert m[f"filter/{FILTER_MEASURES[name]}"] > 0, m
+  assert m["filter/dropped_share"] > 0, m
+  assert jnp.array_equal(batch.tokens, plain.tokens)  # the same sample
+  kept = batch.completion_mask.sum(-1) > 0
+  assert 0 < int(kept.sum()) < kept.size
+  assert float(jnp.abs(batch.advantages * ~kept).max()) == 0.0
+  assert float(batch.completion_mask.sum()) < float(
+      plain.completion_mask.sum())
+  assert float(jnp.abs(plain.advantages).max()) > 0  # coins give signal
+  same = jnp.allclose(batch.advantages[kept], plain.advantages[kept],
+                      atol=1e-6)
+  # GFPO normalises over the kept subset; BPPO over the full group.
+  assert same == (run.rollout_fn.keywords["pipeline"].components[
+      "filter"].statistics == "all"), (batch.advantages, plain.advantages)
+  if name == "gfpo_adaptive":  # the difficulties went into the window
+    assert int(new_states["filter"].count) == config.rollout.num_prompts
+  objective = objectives.make(config.objective.name,
+                              **config.objective.kwargs)
+  state = run.state.states["objective"]
+  grads, _ = _gradient(run, objective, state, run.state.params, batch)
+  grads_plain, _ = _gradient(run, objective, state, run.state.params, plain)
+  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
+      jax.tree.leaves(grads), jax.tree.leaves(grads_plain)))
+  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(grads_plain))
   assert diff > 1e-3 * scale, (name, diff, scale)

@@ -18,6 +18,7 @@
 | ``seed_grpo``                    | PG    | grpo (1 - alpha SE/SE_max), SE of answer classes  | arXiv 2505.12346 |
 | ``lampo``                        | PG    | sum_j w_ij (R_i - R_j)/(G-1), w_ij by logp gaps   | LamPO, LambdaPO  |
 | ``edge_grpo``                    | PG    | grpo * mean(H) / H_i, H the mean token entropy    | arXiv 2507.21848 |
+| ``grpo_lead``                    | PG    | grpo * w(rho) (A > 0) or w(1 - rho), rho = P(R>0) | GRPO-LEAD (002 42) |
 | ``spo``                          | PG    | (R - v_x) normalised over the batch, v_x tracked  | SPO (002 para 7) |
 | ``riskpo``                       | PG    | mixed RVaR + CVaR of bundle papers, quantiles     | RiskPO (002 p 3) |
 | ``mdp_grpo``                     | PG    | clip(v((1-m) z + m (R - c)/s)), v prospect value  | MDP-GRPO (recon) |
@@ -67,7 +68,8 @@ from grpo_jax.advantages.group import (SCALES, dr_grpo, grpo, opo, pass_at_k,
                                        rloo)
 from grpo_jax.advantages.multi_reward import (MULTI_REWARD_MODES, dvao, gdpo,
                                               multi_reward)
-from grpo_jax.advantages.reshaped import edge_grpo, lampo, ngrpo, seed_grpo
+from grpo_jax.advantages.reshaped import (edge_grpo, grpo_lead, lampo, ngrpo,
+                                          seed_grpo)
 from grpo_jax.advantages.segments import sd_grpo
 from grpo_jax.advantages.token_mean import hapo_token_mean
 from grpo_jax.advantages.stateful import (AVSPOState, EBPOState, avspo,
@@ -80,14 +82,14 @@ __all__ = [
     "gpg", "mdp_grpo", "remax",
     "AVSPOState", "EBPOState", "avspo", "ebpo",
     "RiskPOState", "SPOState", "riskpo", "spo",
-    "edge_grpo", "lampo", "ngrpo", "seed_grpo",
+    "edge_grpo", "grpo_lead", "lampo", "ngrpo", "seed_grpo",
     "sd_grpo",
     "hapo_token_mean",
     "bnpo", "check_reward_columns", "dvao", "opo", "pass_at_k",
     "reinforce_plus_plus", "reinforce_plus_plus_baseline",
     "ESTIMATORS", "Estimator", "GroupData", "MULTI_REWARD_MODES", "SCALES",
     "check_options", "collapse_rate", "dr_grpo", "gdpo", "get", "grpo",
-    "make", "meta", "multi_reward", "names", "rloo"]
+    "honouring_members", "make", "meta", "multi_reward", "names", "rloo"]
 
 names = ESTIMATORS.names
 get = ESTIMATORS.get
@@ -104,6 +106,11 @@ class Estimator(NamedTuple):
       of fixed-shape float32 arrays for a stateful one.
     estimate: ``(state, groups: GroupData) -> (advantages float32, state)``.
     reads: the `GroupData` fields it reads beyond the rewards.
+    members: it honours `GroupData.members` (metadata ``members``); any
+      other refuses group data that carries them.
+    offline: None, or ``(state, profile, indices) -> (state, measures)``,
+      its state's offline initialisation (`_kit.StateSpec.offline`) with
+      the options bound; the rollout calls it at step 0.
   """
   name: str
   input: str
@@ -111,6 +118,8 @@ class Estimator(NamedTuple):
   init: Callable[[], Any]
   estimate: Callable[[Any, GroupData], Tuple[jnp.ndarray, Any]]
   reads: Tuple[str, ...] = ()
+  members: bool = False
+  offline: Optional[Callable] = None
 
 
 # The rewards an estimator is called with, by its metadata's ``input``.
@@ -131,6 +140,18 @@ _ZERO_FILLERS = {
     "group": _kit.zero_fillers,
     "token": _zero_token_fillers,
 }
+
+
+def _zero_outside(advantages, members):
+  """Members outside `members` [P, G] get 0: [P, G] or token rows [N, T]."""
+  if advantages.ndim == members.ndim:
+    return jnp.where(members, advantages, 0.0)
+  return jnp.where(members.reshape(-1, 1), advantages, 0.0)
+
+
+def honouring_members() -> Tuple[str, ...]:
+  """The estimators that honour `GroupData.members` (metadata ``members``)."""
+  return tuple(n for n in names() if ESTIMATORS.entry(n).meta.get("members"))
 
 
 def check_options(name: str, options: Mapping[str, Any], *,
@@ -166,15 +187,20 @@ def make(name: str, **options) -> Estimator:
   check_options(name, options)
   fn = functools.partial(entry.fn, **_accepted(entry.fn, options))
   spec = entry.meta.get("state")
+  offline = None
   if spec is None:
     init = lambda: ()
     step = lambda rewards, state, **data: (fn(rewards, **data), state)
   else:
     init = functools.partial(spec.init, **_accepted(spec.init, options))
     step = fn
+    if spec.offline is not None:
+      offline = functools.partial(spec.offline,
+                                  **_accepted(spec.offline, options))
   inputs = _INPUTS[entry.meta["input"]]
   zero_fillers = _ZERO_FILLERS[entry.meta["output"]]
   reads = meta(name, **options)["reads"]
+  honours = bool(entry.meta.get("members", False))
 
   def estimate(state, groups: GroupData):
     missing = [field for field in reads if getattr(groups, field) is None]
@@ -183,13 +209,24 @@ def make(name: str, **options) -> Estimator:
           f"advantage estimator {name!r} reads GroupData.{missing[0]}, which "
           "these groups lack; build them with it (groups.from_rewards("
           f"..., {missing[0]}=...)) or pick an estimator that does not read it")
-    advantages, state = step(inputs(groups), state, **{
-        field: getattr(groups, field) for field in reads})
-    return zero_fillers(advantages, groups.valid), state
+    data = {field: getattr(groups, field) for field in reads}
+    if groups.members is not None:
+      if not honours:
+        raise ValueError(
+            f"advantage estimator {name!r} does not honour GroupData.members "
+            "(a member filter's kept subset); pick one that does: "
+            f"{', '.join(honouring_members())}")
+      data["members"] = groups.members
+    advantages, state = step(inputs(groups), state, **data)
+    advantages = zero_fillers(advantages, groups.valid)
+    if groups.members is not None:
+      advantages = _zero_outside(advantages, jnp.asarray(groups.members,
+                                                         bool))
+    return advantages, state
 
   return Estimator(name=name, input=entry.meta["input"],
                    output=entry.meta["output"], init=init, estimate=estimate,
-                   reads=reads)
+                   reads=reads, members=honours, offline=offline)
 
 
 def _accepted(fn: Callable, options: Mapping[str, Any]) -> dict:

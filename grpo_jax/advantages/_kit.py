@@ -23,8 +23,17 @@ class StateSpec(NamedTuple):
       arrays; its keyword options (a tracker's capacity, say) are options of
       the estimator too. The estimator's function takes the state after its
       rewards and returns ``(advantages, new_state)``.
+    offline: None, or ``offline(state, profile, indices, **options) ->
+      (state, measures)``: the state set from an offline pass under the
+      initial policy (SPO's offline_init), which the rollout calls once,
+      at a fresh run's first step (step 0), before any prompt is selected;
+      ``profile(indices, n) -> profiling.Profile`` samples n completions
+      of each listed problem, `indices` are the task's training problems.
+      Its keyword options are options of the estimator too; it returns
+      `state` unchanged (and calls no profile) when they turn it off.
   """
   init: Callable
+  offline: Optional[Callable] = None
 
 
 def register(*, input: str, output: str, paper: str,  # pylint: disable=redefined-builtin
@@ -32,7 +41,7 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
              shift_invariant: bool = True, reads: Tuple[str, ...] = (),
              state: Optional[StateSpec] = None, reward_range=None,
              reward_range_of="sum", min_reward_columns: int = 1,
-             examples=({},)):
+             members: bool = False, prompt_ids=None, examples=({},)):
   """Registers an estimator with the metadata every estimator declares.
 
   Args:
@@ -64,6 +73,16 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       function of the options giving one.
     min_reward_columns: the fewest reward columns of nonzero weight it needs
       (DVAO weighs two or more against each other).
+    members: it honours `groups.GroupData.members` (a member filter's kept
+      subset, GFPO's): its function takes ``members=None`` ([P, G] bool) and
+      forms every statistic over the kept members only; a group with fewer
+      than 2 kept, or kept rewards all equal, gets exactly 0. Only such an
+      estimator may follow a filter whose statistics are over the kept
+      members (`strategies.members`).
+    prompt_ids: None, or how a per-prompt table in its state (``capacity``
+      slots) takes `data.Example.index`: ``exact`` or ``hash`` (or a
+      function of the options giving one); `prompt_ids.check_config` holds
+      it against the task's ids.
     examples: keyword options the contract suite runs the estimator with.
   """
   return ESTIMATORS.register(
@@ -71,28 +90,38 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       constant_group_zero=constant_group_zero,
       independent_groups=independent_groups, shift_invariant=shift_invariant,
       reads=reads if callable(reads) else tuple(reads), state=state, reward_range=reward_range,
-      reward_range_of=reward_range_of, min_reward_columns=min_reward_columns)
+      reward_range_of=reward_range_of, min_reward_columns=min_reward_columns,
+      members=bool(members), prompt_ids=prompt_ids)
 
 
 def all_reads(name: str) -> Tuple[str, ...]:
   """Every `groups.GroupData` field `name` may read, whatever its options:
   its ``reads``, or, where those depend on the options, the fields its
   function takes as keyword arguments."""
-  reads = ESTIMATORS.entry(name).meta["reads"]
-  if not callable(reads):
-    return reads
-  params = inspect.signature(ESTIMATORS.get(name)).parameters
-  return tuple(f for f in groups_lib.GroupData._fields if f in params)
+  meta = ESTIMATORS.entry(name).meta
+  reads = meta["reads"]
+  if callable(reads):
+    params = inspect.signature(ESTIMATORS.get(name)).parameters
+    reads = tuple(f for f in groups_lib.GroupData._fields if f in params)
+  # `members` reaches an estimator that honours it, never as an option.
+  extra = ("members",) if meta.get("members") and "members" not in reads else ()
+  return tuple(reads) + extra
 
 
 def state_options(name: str) -> Tuple[str, ...]:
-  """The keyword options of `name`'s state ``init``; () when stateless."""
+  """The keyword options of `name`'s state ``init`` (and of its
+  ``offline`` initialisation, keyword-only); () when stateless."""
   spec = ESTIMATORS.entry(name).meta["state"]
   if spec is None:
     return ()
   params = inspect.signature(spec.init).parameters
-  return tuple(key for key, p in params.items()
+  keys = tuple(key for key, p in params.items()
                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+  if spec.offline is not None:
+    keys += tuple(key for key, p in inspect.signature(
+        spec.offline).parameters.items() if p.kind == p.KEYWORD_ONLY
+                  and key not in keys)
+  return keys
 
 
 def check_choice(argument: str, value: str, choices: Tuple[str, ...]) -> None:
@@ -163,13 +192,18 @@ def std(x, axis: int, ddof: int) -> jnp.ndarray:
   return _safe_sqrt(var)
 
 
-def batch_moments(x, valid, ddof: int) -> Tuple[jnp.ndarray, jnp.ndarray]:
+def batch_moments(x, valid, ddof: int, members=None
+                  ) -> Tuple[jnp.ndarray, jnp.ndarray]:
   """(mean, std) [1, 1] over the entries of the valid groups of x [P, G].
 
   mean = sum_{p valid, g} x_pg / n, std^2 = sum (x_pg - mean)^2 / (n - ddof),
-  n = G * #valid; filler groups (valid False) do not enter either.
+  n = G * #valid; filler groups (valid False) do not enter either, nor,
+  where `members` [P, G] bool is given, the members outside it.
   """
-  m = jnp.broadcast_to(valid[:, None], x.shape).astype(jnp.float32)
+  m = jnp.broadcast_to(valid[:, None], x.shape)
+  if members is not None:
+    m = m & jnp.asarray(members, bool)
+  m = m.astype(jnp.float32)
   count = m.sum()
   mean = (x * m).sum() / jnp.maximum(count, 1.0)
   var = (((x - mean) * m)**2).sum() / jnp.maximum(count - ddof, 1.0)
@@ -186,6 +220,17 @@ def standardize_groups(x, *, eps: float, ddof: int) -> jnp.ndarray:
   """(x - mean_g x) / (std_g x + eps) along the last axis, groups of G."""
   check_ddof(ddof, x.shape[-1])
   return divide_by_std(centered(x, -1), std(x, -1, ddof), eps)
+
+
+def check_members(members, shape) -> Optional[jnp.ndarray]:
+  """[P, G] bool kept members (`groups.GroupData.members`); None stays None."""
+  if members is None:
+    return None
+  members = jnp.asarray(members)
+  if members.shape != tuple(shape):
+    raise ValueError(f"members must be [P, G] = {tuple(shape)}; got shape "
+                     f"{members.shape}.")
+  return members.astype(bool)
 
 
 def zero_fillers(advantages, valid) -> jnp.ndarray:

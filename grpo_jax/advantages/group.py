@@ -4,27 +4,43 @@
 Each is pure and jittable, computes in float32 whatever the input dtype, and
 gives exactly 0 for a group whose rewards are all equal (a group of one
 included).
+
+grpo, dr_grpo and rloo honour `groups.GroupData.members` (``members=True``
+in their metadata): given ``members`` [P, G] bool, each forms its mean, std
+or leave-one-out baseline over the kept members only, the others get 0,
+and a group of fewer than 2 kept members, or of equal kept rewards, gets
+exactly 0 (GFPO's advantage over its kept subset, arXiv 2508.09726).
 """
 
 import jax.numpy as jnp
 
 from grpo_jax.advantages import _kit
+from grpo_jax.advantages.segments import masked_group_z
 
 
-def _group_scale(rewards, centred, *, eps, ddof, valid):
+def _kept(rewards, members, *, scale="none", eps=0.0, ddof=0):
+  """The group z-score (or centring, scale none) over the kept members."""
+  return masked_group_z(rewards[..., None], members[..., None], scale=scale,
+                        eps=eps, ddof=ddof)[..., 0]
+
+
+def _group_scale(rewards, centred, *, eps, ddof, valid, members=None):
   del valid  # per group: no batch statistic
+  if members is not None:
+    _kit.check_ddof(ddof, rewards.shape[-1])
+    return _kept(rewards, members, scale="group", eps=eps, ddof=ddof)
   _kit.check_ddof(ddof, rewards.shape[-1])
   return _kit.divide_by_std(centred, _kit.std(rewards, -1, ddof), eps)
 
 
-def _batch_scale(rewards, centred, *, eps, ddof, valid):
+def _batch_scale(rewards, centred, *, eps, ddof, valid, members=None):
   _kit.check_ddof(ddof, rewards.size)
-  _, sd = _kit.batch_moments(rewards, valid, ddof)
+  _, sd = _kit.batch_moments(rewards, valid, ddof, members)
   return _kit.divide_by_std(centred, sd, eps)
 
 
-def _no_scale(rewards, centred, *, eps, ddof, valid):
-  del rewards, eps, ddof, valid
+def _no_scale(rewards, centred, *, eps, ddof, valid, members=None):
+  del rewards, eps, ddof, valid, members
   return centred
 
 
@@ -37,9 +53,10 @@ SCALES = tuple(_SCALES)
     input="PG", output="group", paper="arXiv 2402.03300", reads=("valid",),
     # scale="batch" divides every group by one batch std.
     independent_groups=lambda scale="group", **_: scale != "batch",
+    members=True,
     examples=({}, {"scale": "batch"}, {"scale": "none"}, {"ddof": 0}))
 def grpo(rewards, *, scale: str = "group", eps: float = 1e-6, ddof: int = 1,
-         valid=None) -> jnp.ndarray:
+         valid=None, members=None) -> jnp.ndarray:
   """GRPO's group-normalised advantage.
 
   A = (R - mean_g R) / (std R + eps), DeepSeekMath (arXiv 2402.03300).
@@ -54,6 +71,9 @@ def grpo(rewards, *, scale: str = "group", eps: float = 1e-6, ddof: int = 1,
       the common PyTorch implementations.
     valid: [P] bool, False for filler groups: they get 0 and do not enter
       the batch std. Default: all valid.
+    members: [P, G] bool, the kept members (`GroupData.members`): mean and
+      std over them only (the batch std over the kept members of the valid
+      groups), 0 elsewhere. Default: every member.
 
   Returns:
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
@@ -61,26 +81,36 @@ def grpo(rewards, *, scale: str = "group", eps: float = 1e-6, ddof: int = 1,
   rewards = _kit.check_rewards(rewards, 2, "P, G")
   _kit.check_choice("scale", scale, SCALES)
   valid = _kit.check_valid(valid, rewards.shape[0])
-  advantages = _SCALES[scale](rewards, _kit.centered(rewards, -1), eps=eps,
-                              ddof=ddof, valid=valid)
+  members = _kit.check_members(members, rewards.shape)
+  centred = (_kit.centered(rewards, -1) if members is None
+             else _kept(rewards, members))
+  advantages = _SCALES[scale](rewards, centred, eps=eps, ddof=ddof,
+                              valid=valid, members=members)
   return _kit.zero_fillers(advantages, valid)
 
 
-@_kit.register(input="PG", output="group", paper="arXiv 2503.20783")
-def dr_grpo(rewards) -> jnp.ndarray:
+@_kit.register(input="PG", output="group", paper="arXiv 2503.20783",
+               members=True)
+def dr_grpo(rewards, *, members=None) -> jnp.ndarray:
   """Dr. GRPO's advantage: A = R - mean_g R, no std (arXiv 2503.20783).
 
   Args:
     rewards: [P, G] rewards.
+    members: [P, G] bool kept members: the mean over them, 0 elsewhere.
 
   Returns:
     [P, G] float32 advantages.
   """
-  return _kit.centered(_kit.check_rewards(rewards, 2, "P, G"), -1)
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  members = _kit.check_members(members, rewards.shape)
+  if members is not None:
+    return _kept(rewards, members)
+  return _kit.centered(rewards, -1)
 
 
-@_kit.register(input="PG", output="group", paper="arXiv 2402.14740")
-def rloo(rewards) -> jnp.ndarray:
+@_kit.register(input="PG", output="group", paper="arXiv 2402.14740",
+               members=True)
+def rloo(rewards, *, members=None) -> jnp.ndarray:
   """Leave-one-out baseline: A_j = R_j - mean_{k!=j} R_k (RLOO, arXiv
   2402.14740).
 
@@ -89,11 +119,19 @@ def rloo(rewards) -> jnp.ndarray:
 
   Args:
     rewards: [P, G] rewards.
+    members: [P, G] bool kept members S: A_j = R_j - mean_{k in S, k != j}
+      R_k = |S|/(|S|-1) (R_j - mean_S R) for j in S, 0 elsewhere and where
+      |S| < 2.
 
   Returns:
     [P, G] float32 advantages.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
+  members = _kit.check_members(members, rewards.shape)
+  if members is not None:
+    kept = members.sum(axis=-1, keepdims=True).astype(jnp.float32)
+    factor = jnp.where(kept > 1, kept / jnp.maximum(kept - 1, 1.0), 0.0)
+    return _kept(rewards, members) * factor
   group_size = rewards.shape[-1]
   if group_size == 1:
     return jnp.zeros_like(rewards)

@@ -1,7 +1,8 @@
 """Group advantages rescaled or re-baselined by extra group data: NGRPO (a
 virtual maximum-reward member), SEED-GRPO (semantic entropy of the group's
 answers), LamPO / LambdaPO (pairwise gaps weighted by the policy's own
-confidence) and EDGE-GRPO (per-completion entropy).
+confidence), EDGE-GRPO (per-completion entropy) and GRPO-LEAD (the share
+of the group that succeeds).
 
 Each is pure and jittable and computes in float32. The group data an
 estimator reads beyond the rewards (``answer_ids``, ``sequence_logprobs``,
@@ -324,3 +325,69 @@ def edge_grpo(rewards, *, normalizer: str = "batch", eps: float = 1e-4,
   scale = mean_entropy / jnp.maximum(entropy, min_entropy)
   z = _kit.standardize_groups(rewards, eps=eps, ddof=ddof)
   return jnp.where(members > 0, z * scale, 0.0)
+
+
+# ------------------------------------------------------------------ GRPO-LEAD
+
+
+def _check_lead(low: float, high: float, k: float) -> None:
+  if not 0.0 <= low <= high < math.inf:
+    raise ValueError(f"grpo_lead: low={low!r} and high={high!r} must satisfy "
+                     "0 <= low <= high (the weight's range; the paper's 0.4 "
+                     "and 1.5).")
+  if not 0.0 <= k < math.inf:
+    raise ValueError(f"grpo_lead: k={k!r} must be a finite number >= 0 (the "
+                     "logistic's steepness; the paper's 10).")
+
+
+def _lead_domain(low: float = 0.4, high: float = 1.5, k: float = 10.0, **_):
+  # Any reward; the options' checks run at config validation.
+  _check_lead(low, high, k)
+  return None
+
+
+def lead_weight(x, *, low: float = 0.4, high: float = 1.5, k: float = 10.0,
+                x0: float = 0.75) -> jnp.ndarray:
+  """w(x) = low + (high - low) / (1 + exp(k (x - x0))), in [low, high]."""
+  return low + (high - low) * jax.nn.sigmoid(-k * (x - x0))
+
+
+@_kit.register(
+    input="PG", output="group", paper="GRPO-LEAD (seed 002 para. 42)",
+    # R > 0 decides rho: absolute reward values matter.
+    shift_invariant=False, reward_range=_lead_domain,
+    examples=({}, {"k": 5.0, "x0": 0.5}, {"low": 1.0, "high": 1.0}))
+def grpo_lead(rewards, *, low: float = 0.4, high: float = 1.5,
+              k: float = 10.0, x0: float = 0.75, eps: float = 1e-6,
+              ddof: int = 1) -> jnp.ndarray:
+  """GRPO-LEAD's difficulty-aware advantage: GRPO's, reweighted by how many
+  of the group succeed.
+
+    A   = (R - mean_g R) / (std_g R + eps)        (`grpo`, ddof=1)
+    rho = share of the group with R > 0
+    A  <- A w(rho)       where A > 0
+          A w(1 - rho)   otherwise,    w = `lead_weight`
+
+  so on a hard prompt (rho small) a success is amplified (w near 1.5) and
+  a failure damped, and on an easy one the reverse. GRPO-LEAD (seed 002
+  para. 42; aeroplanepaper/GRPO-LEAD ``logistic_reweight`` and
+  ``compute_grpo_outcome_advantage``), VARIANTS.md 5.3; its reward is the
+  `grpo_lead` shaper (R > 0 exactly for the correct answers there).
+  ``low == high == 1`` is `grpo`.
+
+  Args:
+    rewards: [P, G] the shaped rewards.
+    low, high: the weight's range, 0 <= low <= high.
+    k, x0: the logistic's steepness and midpoint.
+    eps, ddof: `grpo`'s.
+
+  Returns:
+    [P, G] float32 advantages.
+  """
+  rewards = _kit.check_rewards(rewards, 2, "P, G")
+  _check_lead(low, high, k)
+  a = _kit.standardize_groups(rewards, eps=eps, ddof=ddof)
+  rho = (rewards > 0).astype(jnp.float32).mean(axis=-1, keepdims=True)
+  opts = dict(low=low, high=high, k=k, x0=x0)
+  return jnp.where(a > 0, a * lead_weight(rho, **opts),
+                   a * lead_weight(1.0 - rho, **opts))

@@ -11,7 +11,9 @@ arrays made by its ``*_init(...)``; the trainer keeps it in
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
+from grpo_jax import prompt_ids as prompt_ids_lib
 from grpo_jax.advantages import _kit
 
 # ---------------------------------------------------------------------- SPO
@@ -46,6 +48,71 @@ def spo_prior(successes, samples, *, rho_min: float = 0.875):
   alpha = jnp.where(n > 0, n_init * (k + 0.5) / (n + 1.0), 0.5)
   beta = jnp.where(n > 0, n_init * (n - k + 0.5) / (n + 1.0), 0.5)
   return alpha, beta
+
+
+def check_offline_init(offline_init, rho_min: float = 0.875) -> None:
+  """ValueError unless `offline_init` (n offline samples per problem) is an
+  integer >= 0 and, when > 0, N_init = 1 / (1 - rho_min) is finite."""
+  if isinstance(offline_init, bool) or not isinstance(
+      offline_init, (int, np.integer)) or offline_init < 0:
+    raise ValueError(
+        f"offline_init={offline_init!r} must be an integer >= 0 (0: off, "
+        "the prior alpha = beta = 0.5; n > 0: n samples of every training "
+        "problem under the initial policy, 8 in the paper).")
+  if offline_init and not rho_min < 1.0:
+    raise ValueError(
+        f"offline_init={offline_init!r} with rho_min={rho_min!r}: the "
+        "prior's weight N_init = 1 / (1 - rho_min) is infinite; set "
+        "rho_min < 1 or offline_init=0.")
+
+
+def spo_offline_state(state: SPOState, index, successes, trials, *,
+                      rho_min: float = 0.875, prompt_ids: str = "exact"
+                      ) -> SPOState:
+  """`state` with each profiled problem's slot at `spo_prior` of its
+  offline counts; problems sharing a hashed slot pool their counts, and
+  slots no problem reached keep their values.
+
+  Args:
+    state: the tracker before (`spo_init`).
+    index: [Q] the problems' ids (`data.Example.index`).
+    successes, trials: [Q] solved and drawn completions (`profiling.Profile`).
+    rho_min: sets N_init = 1 / (1 - rho_min).
+    prompt_ids: how ids take slots (`prompt_ids.slots`).
+  """
+  capacity = state.alpha.shape[0]
+  slot, tracked = prompt_ids_lib.slots(np.asarray(index), capacity,
+                                       prompt_ids)
+  k = np.zeros(capacity, np.float64)
+  n = np.zeros(capacity, np.float64)
+  np.add.at(k, slot[tracked], np.asarray(successes, np.float64)[tracked])
+  np.add.at(n, slot[tracked], np.asarray(trials, np.float64)[tracked])
+  alpha, beta = spo_prior(k, n, rho_min=rho_min)
+  seen = jnp.asarray(n > 0)
+  return SPOState(alpha=jnp.where(seen, alpha, state.alpha),
+                  beta=jnp.where(seen, beta, state.beta))
+
+
+def spo_offline(state: SPOState, profile, indices, *, offline_init: int = 0,
+                rho_min: float = 0.875, prompt_ids: str = "exact"):
+  """SPO's offline initialisation (`_kit.StateSpec.offline`): n =
+  `offline_init` completions of every training problem under the initial
+  policy (``profile(indices, n)``, a completion solved where the first
+  reward column is > 0: verl binarises its scores alike), then
+  `spo_offline_state`. `state` unchanged, nothing sampled, when n = 0.
+
+  Returns:
+    (the tracker, measurements ``advantage/offline_problems`` and
+    ``advantage/offline_success_mean``).
+  """
+  check_offline_init(offline_init, rho_min)
+  if not offline_init:
+    return state, {}
+  prof = profile(np.asarray(indices), int(offline_init))
+  state = spo_offline_state(state, prof.index, prof.successes, prof.trials,
+                            rho_min=rho_min, prompt_ids=prompt_ids)
+  return state, {"advantage/offline_problems": float(len(prof.index)),
+                 "advantage/offline_success_mean": float(prof.rates.mean())}
 
 
 def spo_init(*, capacity: int = 1024) -> SPOState:
@@ -153,13 +220,17 @@ def _spo_reads(rho="constant", **_):
     constant_group_zero=False, independent_groups=False,
     shift_invariant=False, reward_range=(0.0, 1.0),
     reads=_spo_reads,
-    state=_kit.StateSpec(init=spo_init),
+    state=_kit.StateSpec(init=spo_init, offline=spo_offline),
+    prompt_ids=prompt_ids_lib.prompt_ids_option,
     examples=({"capacity": 8}, {"capacity": 4, "rho_value": 0.5},
-              {"capacity": 8, "rho": "kl_adaptive"}))
+              {"capacity": 8, "rho": "kl_adaptive"},
+              {"capacity": 2, "prompt_ids": "hash"},
+              {"capacity": 8, "offline_init": 8}))
 def spo(rewards, state: SPOState, *, rho: str = "constant",
         rho_value: float = 0.875, rho_min: float = 0.875,
         rho_max: float = 0.96, d_half: float = 0.06, eps: float = 1e-8,
-        valid=None, prompt_index=None, divergence=None):
+        prompt_ids: str = "exact", offline_init: int = 0, valid=None,
+        prompt_index=None, divergence=None):
   """Single-stream PO: a per-prompt Beta value tracker as the baseline,
   advantages normalised over the batch.
 
@@ -172,9 +243,10 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
             = clip(2^(-D_x / d_half), rho_min, rho_max) (rho="kl_adaptive")
 
   x is the prompt's `data.Example.index` (`GroupData.prompt_index`), its
-  slot in fixed tables of `capacity` entries; an untracked prompt (index
-  -1, or outside the table) uses the prior alpha = beta = 0.5 and is never
-  written. The paper draws one sample per prompt (G = 1); with G > 1 each
+  slot in fixed tables of `capacity` entries (`prompt_ids.slots`: the id
+  itself, or with ``prompt_ids="hash"`` the id mod capacity); an untracked
+  prompt (index -1, or outside an exact table) uses the prior alpha = beta
+  = 0.5 and is never written. The paper draws one sample per prompt (G = 1); with G > 1 each
   member is a sample against the same v_x and the update adds the group's
   successes once, after one decay.
 
@@ -187,9 +259,19 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
   update, against the log-probs stored before the previous visit's update;
   verl measures both after the update: the same number of updates apart,
   one step earlier. Prompt sampling by the tracker's priority is the
-  ``prioritized`` selection (`strategies.select`). Not built: the offline
-  initialisation (`spo_prior` gives its formula; it needs an offline
-  sampling pass before training).
+  ``prioritized`` selection (`strategies.select`).
+
+  Offline initialisation (``offline_init`` = n > 0; `spo_offline`): at a
+  fresh run's first step, before its prompts are drawn, n completions of
+  every training problem under the initial policy set each slot to
+
+    N_init = 1 / (1 - rho_min)
+    alpha_x = N_init (k_x + 0.5) / (n + 1),  beta_x = N_init (n - k_x + 0.5) / (n + 1)
+
+  (`spo_prior`), k_x the solved ones (verl: a separate pass of n = 8
+  samples, ``offline_N``). No flag is stored: the pass runs at step 0, and
+  a resumed run starts past it (checkpoints are written after a step), so
+  `SPOState` and older checkpoints keep their shape.
 
   Args:
     rewards: [P, G] rewards in [0, 1] (binary in the paper).
@@ -201,8 +283,13 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
       0.875 and 0.96).
     d_half: the divergence that halves rho before the clip (0.06).
     eps: added to the batch std.
+    prompt_ids: ``exact`` (slot = id; config.validate refuses a task whose
+      ids reach past the table) or ``hash`` (slot = id mod capacity).
+    offline_init: n offline samples per training problem the tracker
+      starts from (0: the prior alpha = beta = 0.5); read by the rollout
+      at step 0 (`spo_offline`), checked here.
     valid: [P] bool, False for filler groups: 0 and no write.
-    prompt_index: [P] int, each prompt's slot (-1: untracked).
+    prompt_index: [P] int, each prompt's id (-1: untracked).
     divergence: [P] float32 D_x >= 0, read with ``rho="kl_adaptive"``.
 
   Returns:
@@ -210,6 +297,7 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
   _check_spo_options(rho, rho_value, rho_min, rho_max, d_half)
+  check_offline_init(offline_init, rho_min)
   num_prompts = rewards.shape[0]
   valid = _kit.check_valid(valid, num_prompts)
   if prompt_index is None:
@@ -218,6 +306,9 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
   if prompt_index.shape != (num_prompts,):
     raise ValueError(f"prompt_index must be [P] with P={num_prompts}; got "
                      f"shape {prompt_index.shape}.")
+  slot, tracked = prompt_ids_lib.slots(prompt_index, state.alpha.shape[0],
+                                       prompt_ids, xp=jnp)
+  prompt_index = jnp.where(tracked, slot, -1)  # ids -> slots, -1 untracked
   values = spo_values(state, prompt_index)
   advantages = spo_advantages(rewards, values, valid, eps=eps)
   write = valid & _tracked(prompt_index, state.alpha.shape[0])

@@ -102,11 +102,16 @@ class StateSpec(NamedTuple):
       the options of its signature from the objective's bound options.
     loss_kwargs: ``loss_kwargs(state) -> dict`` for the pure function.
     provides: the keys of that dict (options the config may not set).
+    skip: ``skip(state) -> state`` after an optimiser step that was
+      skipped (non-finite or empty); None keeps the state (its update reads
+      the step's measures). A state that must move every step (Clip-Cov's
+      draw key) sets it.
   """
   init: Callable
   update: Callable
   loss_kwargs: Callable
   provides: Tuple[str, ...]
+  skip: Optional[Callable] = None
 
 
 class PrePass(NamedTuple):

@@ -19,6 +19,15 @@ trainer's pre-pass gathers every real token's (A, logp) of the minibatch
 (`Pool`, merged by concatenation: [M*T] floats, no vocabulary axis), and
 each microbatch selects against the minibatch's means and threshold: the
 result is the one-shot one whatever the microbatching.
+
+Clip-Cov's random draw (the paper's rule, ``clip_cov_rule="random"``)
+needs a key: the objective carries it as its state (`ClipCovState`,
+seeded by the ``seed`` option, advanced once per optimiser step and
+checkpointed like any component state), so no batch field or trainer
+argument changes. A token's uniform depends on its (row, column) in the
+minibatch, which a microbatch's rows do not know: the draw takes the
+minibatch in one microbatch (validation rejects a ``train.microbatch_size``
+that splits it; the ``top`` rule has no such limit).
 """
 
 import numbers
@@ -102,6 +111,69 @@ def select(batch: _kit.Batch, eligible, pool: Pool, *, share,
           & (cov > threshold))
 
 
+CLIP_COV_RULES = ("random", "top")
+
+
+class ClipCovState(NamedTuple):
+  """Clip-Cov's key for the random draw.
+
+  Attributes:
+    key: [2] uint32, a PRNG key; each optimiser step draws with it and then
+      replaces it by ``split(key)[0]``.
+  """
+  key: jnp.ndarray
+
+
+def clip_cov_init(seed: int = 0) -> ClipCovState:
+  if not isinstance(seed, int) or isinstance(seed, bool):
+    raise ValueError(f"seed={seed!r} must be an integer (the key of "
+                     "Clip-Cov's random draw).")
+  return ClipCovState(key=jax.random.PRNGKey(seed))
+
+
+def _clip_cov_update(state: ClipCovState, step_measures) -> ClipCovState:
+  del step_measures  # a fresh draw each optimiser step
+  return ClipCovState(key=jax.random.split(state.key)[0])
+
+
+def token_uniforms(key, shape) -> jnp.ndarray:
+  """[N, T] float32 uniforms on [0, 1): u[i, t] from
+  ``fold_in(fold_in(key, i), t)``, so a token's draw depends on its row and
+  column alone, not on how many padding columns follow."""
+  rows, cols = shape
+  one = lambda i, t: jax.random.uniform(
+      jax.random.fold_in(jax.random.fold_in(key, i), t))
+  return jax.vmap(lambda i: jax.vmap(lambda t: one(i, t))(
+      jnp.arange(cols)))(jnp.arange(rows))
+
+
+def draw(batch: _kit.Batch, pool: Pool, key, *, share, band):
+  """[N, T] bool: min(k, C) of the pool's C candidates (eligible, with
+  covariance in the exclusive `band`), drawn uniformly without
+  replacement, k = max(1, floor(share * real tokens)): the candidates of
+  the k smallest `token_uniforms` (verl's ``randperm(C)[:k]``).
+
+  `pool` must hold `batch`'s own tokens, in order (one microbatch)."""
+  if pool.real.shape[0] != batch.mask.size:
+    raise ValueError(
+        "clip_cov_rule='random' draws over the whole minibatch's tokens, "
+        f"but these {batch.mask.shape[0]} rows are part of a pool of "
+        f"{pool.real.shape[0]} tokens (microbatches); set "
+        "train.microbatch_size=0, or clip_cov_rule='top'.")
+  pool_cov = _covariance(pool.advantages, pool.logp, _means(pool))
+  candidates = (pool.eligible > 0) & _in_band(pool_cov, band)
+  u = token_uniforms(key, batch.mask.shape).ravel()
+  k = jnp.maximum(jnp.floor(share * pool.real.sum()), 1.0).astype(jnp.int32)
+  # The k-th smallest candidate draw; inf when fewer than k (take all).
+  kth = jnp.sort(jnp.where(candidates, u, jnp.inf))[
+      jnp.minimum(k, u.shape[0]) - 1]
+  return (candidates & (u <= kth)).reshape(batch.mask.shape)
+
+
+def _whole_minibatch(clip_cov_rule="random", **_):
+  return clip_cov_rule == "random"
+
+
 def _ppo_cut(batch, clip_low, clip_high):
   return _kit.ppo_term(batch.ratio, batch.advantages, clip_low, clip_high)[1]
 
@@ -128,38 +200,53 @@ def _check_share(name, value):
     level="token", mechanism="clip", paper="2505.22617",
     # The selection needs no ratio: on policy it still drops gradients.
     on_policy_mask=True,
+    # The random draw needs the minibatch's rows whole (config validation
+    # and the microbatch law read this).
+    whole_minibatch=_whole_minibatch,
     examples=({}, {"clip_cov_ratio": 0.2, "clip_cov_lb": 0.0,
                    "clip_cov_ub": 1.0, "aggregation": "seq_mean_token_mean"},
               {"clip_low": 1.0, "clip_high": 1.0, "clip_cov_ratio": 0.5,
-               "clip_cov_lb": -1.0}),
+               "clip_cov_lb": -1.0, "seed": 3},
+              {"clip_cov_rule": "top", "clip_cov_ratio": 0.2,
+               "clip_cov_lb": 0.0}),
+    state=_kit.StateSpec(init=clip_cov_init, update=_clip_cov_update,
+                         loss_kwargs=lambda state: {"key": state.key},
+                         provides=("key",),
+                         # A skipped step draws anew too: the next
+                         # minibatch must not repeat this pattern.
+                         skip=lambda state: _clip_cov_update(state, None)),
     prepass=_kit.PrePass(
         when=lambda **_: True, stats=_clip_cov_pool,
         loss_kwargs=lambda stats: {"pool": stats["pool"]},
         provides=("pool",)))
 def clip_cov(logp, old_logp, advantages, mask, *, clip_low=0.2,
              clip_high=0.2, clip_cov_ratio=2e-4, clip_cov_lb=1.0,
-             clip_cov_ub=5.0, pool: Optional[Pool] = None,
+             clip_cov_ub=5.0, clip_cov_rule="random", key=None,
+             pool: Optional[Pool] = None,
              aggregation="token_mean", horizon=None, token_weights=None):
   """Clip-Cov: PPO's clip, with the gradient of a few high-covariance
   tokens dropped.
 
     L_t = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) * (1 - s_t)
-    s_t = 1 on the k = max(1, floor(clip_cov_ratio * n)) real tokens of
-          highest cov_t with clip_cov_lb < cov_t < clip_cov_ub, among those
-          PPO's clip has not cut (n real tokens of the minibatch)
+    C   = {real t: clip_cov_lb < cov_t < clip_cov_ub, PPO's clip has not
+           cut t},  k = max(1, floor(clip_cov_ratio * n))
+    s_t = 1 on min(k, |C|) tokens of C drawn uniformly at random without
+          replacement (n real tokens of the minibatch)
 
   Entropy-Mechanism paper, arXiv 2505.22617; verl ``loss_mode=clip_cov``
   with its defaults (ratio 2e-4, band (1, 5), clip 0.2, ``token-mean``);
   the paper's recipe widens the PPO band to clip_low = clip_high = 1.
 
-  Selection: verl draws the k tokens at random among the band's
-  candidates (``torch.randperm``). Here they are the k of highest
-  covariance within the band: deterministic, so the pre-pass and every
-  microbatch agree on them (a random draw would need each token's
-  identity across microbatches, which an objective does not see). This is
-  a **reconstruction** of the sampling step; the band, the share and the
-  candidates are verl's. Covariance and share over the minibatch (module
-  docstring), where verl uses the micro-batch.
+  ``clip_cov_rule="random"`` (the default) is verl's draw
+  (``torch.randperm`` over C, the first k): each token gets a uniform from
+  `key` and its (row, column) (`token_uniforms`), and the k smallest among
+  C are dropped. The key is the objective's state (`ClipCovState`, from
+  ``seed``, a fresh one each optimiser step), so it needs the minibatch in
+  one microbatch (module docstring). ``"top"`` drops the k of highest
+  covariance in C instead: deterministic, exact under microbatching, a
+  **reconstruction** (it restrains the strongest tokens of the band rather
+  than a random share). Covariance and share over the minibatch, where
+  verl uses the micro-batch.
 
   clip_fraction: real tokens PPO's clip cut or the covariance rule
   dropped. cov_selected (extra): the share dropped (verl's pg_clipfrac).
@@ -169,6 +256,8 @@ def clip_cov(logp, old_logp, advantages, mask, *, clip_low=0.2,
     clip_low, clip_high: PPO's band.
     clip_cov_ratio: the share of real tokens dropped, in (0, 1].
     clip_cov_lb, clip_cov_ub: the covariance band (lb < ub).
+    clip_cov_rule: ``random`` (verl's draw) or ``top``.
+    key: the draw's PRNG key (from the state; ``random`` needs it).
     pool: the minibatch's tokens from the pre-pass, or None (these rows).
     aggregation, horizon: see `aggregation.sum_and_count`.
     token_weights: [N, T] detached weights (`objectives.corrections`).
@@ -184,14 +273,23 @@ def clip_cov(logp, old_logp, advantages, mask, *, clip_low=0.2,
       and not clip_cov_lb < clip_cov_ub):
     raise ValueError(f"clip_cov_lb={clip_cov_lb} must be below "
                      f"clip_cov_ub={clip_cov_ub}.")
+  if clip_cov_rule not in CLIP_COV_RULES:
+    raise ValueError(f"clip_cov_rule={clip_cov_rule!r} must be one of "
+                     f"{CLIP_COV_RULES} (random: the paper's draw).")
+  if clip_cov_rule == "random" and key is None:
+    raise ValueError("clip_cov_rule='random' needs key= (the objective's "
+                     "state supplies it: objectives.make('clip_cov'))")
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   term, cut = _kit.ppo_term(batch.ratio, batch.advantages, clip_low,
                             clip_high)
   eligible = ~cut  # verl's clip_by_origin tokens are no candidates
   if pool is None:
     pool = _pool(batch, eligible)
-  dropped = select(batch, eligible, pool, share=clip_cov_ratio,
-                   band=(clip_cov_lb, clip_cov_ub))
+  band = (clip_cov_lb, clip_cov_ub)
+  if clip_cov_rule == "random":
+    dropped = draw(batch, pool, key, share=clip_cov_ratio, band=band)
+  else:
+    dropped = select(batch, eligible, pool, share=clip_cov_ratio, band=band)
   return _kit.token_objective(
       jnp.where(dropped, 0.0, term), batch, aggregation=aggregation,
       horizon=horizon, clipped=cut | dropped, token_weights=token_weights,

@@ -34,8 +34,10 @@ class Objective(NamedTuple):
       ValueError when `weighting` is None.
     count: ``count(mask) -> the loss denominator``, known before any
       microbatch, so accumulated microbatches divide once by it.
-    update: ``update(state, measures) -> state``, once per optimiser step,
-      with the step's merged measurement records.
+    update: ``update(state, measures, applied=True) -> state``, once per
+      optimiser step, with the step's merged measurement records; with
+      ``applied=False`` (a skipped step) the state's own `StateSpec.skip`
+      (default: unchanged).
     prepass: None, or ``prepass(logp, old_logp, advantages, mask) ->
       measures``: statistics over the whole minibatch (merged over its
       microbatches, then passed to `loss` as `batch_stats`; with
@@ -186,9 +188,11 @@ def make(name: str, **options) -> Objective:
       kwargs[TOKEN_WEIGHTS] = token_weights
     return fn(logp, old_logp, advantages, mask, **kwargs)
 
-  def update(state, step_measures):
+  def update(state, step_measures, applied=True):
     if spec is None:
       return state
+    if not applied:  # a skipped step: the measures may be non-finite
+      return state if spec.skip is None else spec.skip(state)
     return spec.update(state, step_measures,
                        **_accepted(spec.update, options))
 

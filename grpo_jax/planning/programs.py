@@ -153,6 +153,8 @@ class Training(NamedTuple):
     ref_params: the KL reference (LoRA: the frozen base itself), else None.
     update_fn: ``train.make_update_fn(..., jit=False)``.
     components: `train.make_components(config)`.
+    group_size: rows per shared prompt in the update and the log-prob
+      passes (`train.update_group_size`: 1 under an active budget stage).
   """
   model_config: models.ModelConfig
   state: Any
@@ -160,6 +162,7 @@ class Training(NamedTuple):
   ref_params: Any
   update_fn: Any
   components: Mapping[str, Any]
+  group_size: int = 1
 
 
 def abstract_policy(config, model_config: models.ModelConfig):
@@ -205,14 +208,14 @@ def abstract_training(config, model_config: models.ModelConfig) -> Training:
   ref_params = None
   if regularisers:
     ref_params = frozen if frozen is not None else params
+  group_size = train_lib.update_group_size(config, components)
   update_fn = train_lib.make_update_fn(
       model_config=model_config, optimizer=optimizer,
       objective=components["objective"], regularisers=regularisers,
       microbatch_size=config.train.microbatch_size,
-      chunk_size=config.train.chunk_size,
-      group_size=config.rollout.num_generations, jit=False)
+      chunk_size=config.train.chunk_size, group_size=group_size, jit=False)
   return Training(model_config, state, frozen, ref_params, update_fn,
-                  components)
+                  components, group_size)
 
 
 def abstract_batch(config, *, rows: int, prompt_length: int,
@@ -398,7 +401,7 @@ def update_program(config, training: Training, inputs: Inputs,
   per_micro = sequence_forward_flops(
       training.model_config, rows=s.microbatch,
       prompt_length=s.prompt_length, completion_length=s.new_tokens,
-      group_size=math.gcd(s.microbatch, s.generations))
+      group_size=math.gcd(s.microbatch, training.group_size))
   # Forward, then the backward's two matmuls per forward one (gradients of
   # activations and of weights); a frozen base has no weight gradients
   # (LoRA's own small matmuls are left out).
@@ -449,7 +452,7 @@ def logprob_program(name: str, params, takes, config, training: Training,
   `params` over ``train.logprob_batch_size`` rows, as many times as the
   step's N rows need."""
   s, cfg = shapes, training.model_config
-  group = math.gcd(s.logprob_rows, s.generations)
+  group = math.gcd(s.logprob_rows, training.group_size)
 
   def logprob_fn(params, tokens, input_mask, temperature):
     return batch_lib.policy_logprobs(
@@ -471,6 +474,27 @@ def logprob_program(name: str, params, takes, config, training: Training,
 
 
 PROGRAMS = ("update", "sample", "old_logprobs", "ref_logprobs")
+
+
+def budget_notes(config, training: Training) -> list:
+  """What the plan leaves out under an active budget stage: the sample
+  program is the plain P x G one (a budget's ragged call of N rows has the
+  same rows and prefill), and sGPO's profiling pass, which runs once, at
+  the first step, in calls of at most N rows
+  (`budget_rollout.profile_batch`) that are neither compiled nor counted
+  here."""
+  budget = training.components["budget"]
+  if not budget.active:
+    return []
+  notes = [f"budget.name={budget.name!r}: groups are ragged within the "
+           "N rows; the update and log-prob passes share no prompt per "
+           "block (group_size 1)."]
+  if budget.name == "sgpo":
+    n = int(config.budget.kwargs.get("num_samples", 8))
+    notes.append(f"sGPO profiles every training problem ({n} completions "
+                 "each) once, at the first step, in calls of at most N "
+                 "rows; that pass is not compiled or counted here.")
+  return notes
 
 
 def plan(config, *, mesh, model_config: Optional[models.ModelConfig] = None,
@@ -505,6 +529,7 @@ def plan(config, *, mesh, model_config: Optional[models.ModelConfig] = None,
   if rounds > 1:
     notes.append(f"groups.name={config.groups.name!r} may sample up to "
                  f"{rounds} rounds a step; the FLOPs count one.")
+  notes += budget_notes(config, training)
   inputs = abstract_inputs(training, mesh)
   resident = resident_buffers(config, training, inputs, shapes)
   common = dict(config=config, training=training, inputs=inputs,

@@ -14,7 +14,8 @@ reward (0), is counted, and never stops a run. Shapers (`SHAPERS`) act on
 token counts, which only the sampler knows exactly, and what else they read
 (`shapers.READS`): `overlong_penalty` (DAPO, arXiv 2503.14476), `lcpo`,
 `grpo_lead`, `hapo_length` (per-prompt state), `length_budget`, `consteer`,
-`pow3r`; the shape stage that runs them is `shaping`.
+`pow3r`, `cosine_length`, `repetition_penalty`; the shape stage that runs
+them is `shaping`.
 
 | name          | kind     | value                                               |
 |---------------|----------|-----------------------------------------------------|
@@ -28,6 +29,8 @@ token counts, which only the sampler knows exactly, and what else they read
 | ``length_budget`` | shaper | clip(1 - n / B_t, 0, 1), B_t tightening         |
 | ``consteer``  | shaper   | +-lam x the sampler's confidence                    |
 | ``pow3r``     | shaper   | rubric criteria reweighted by their contrast        |
+| ``cosine_length`` | shaper | cosine in the length, by correctness (Yeo et al.) |
+| ``repetition_penalty`` | shaper | max_penalty x share of repeated n-grams    |
 
 A new one is a function in `verifiers.py` or `shapers.py` under the
 registry's decorator, with the range of its values (``range=(lo, hi)``):
@@ -38,13 +41,15 @@ the advantage estimator's domain.
 from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
                                       group_advantages, score)
 from grpo_jax.rewards import rubric
-from grpo_jax.rewards.length_shapers import (grpo_lead, hapo_length, lcpo,
-                                             lead_reweight, length_budget)
+from grpo_jax.rewards.length_shapers import (cosine_length, grpo_lead,
+                                             hapo_length, lcpo, lead_reweight,
+                                             length_budget)
 from grpo_jax.rewards.shaping import (ShapeStage, check_shapers,
                                       make_shape_stage)
 from grpo_jax.rewards.shapers import (SHAPERS, Shaper, make_shaper,
                                       overlong_penalty, shaper_range)
-from grpo_jax.rewards.signal_shapers import consteer, pow3r
+from grpo_jax.rewards.signal_shapers import (consteer, pow3r,
+                                             repetition_penalty)
 from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
                                         RewardFn, accuracy, answer_is_correct,
                                         format_reward, math_answer)
@@ -53,6 +58,7 @@ __all__ = [
     "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
     "ScoreResult", "ShapeStage", "Shaper", "VERIFIERS", "accuracy",
     "answer_is_correct", "check_shapers", "column_ranges", "consteer",
+    "cosine_length", "repetition_penalty",
     "format_reward", "get", "group_advantages", "grpo_lead", "hapo_length",
     "lcpo", "lead_reweight", "length_budget", "make_shape_stage",
     "make_shaper", "math_answer", "names", "overlong_penalty", "pow3r",

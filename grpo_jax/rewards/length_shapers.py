@@ -1,7 +1,7 @@
 """Length shapers: rewards for how long a completion is, relative to a
 target in its prompt (LCPO / L1), to its group's correct members
-(GRPO-LEAD), to its prompt's history (HAPO) or to a budget that tightens
-over training (curriculum). Each column is what the shaper adds to the
+(GRPO-LEAD), to its prompt's history (HAPO), to a budget that tightens
+over training (curriculum) or on a cosine in the length (Yeo et al.). Each column is what the shaper adds to the
 verifiers' weighted sum (see `shapers`); lengths are TOKEN counts.
 """
 
@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import prompt_ids as prompt_ids_lib
 from grpo_jax.rewards.shapers import (SHAPERS, StateSpec, check_group_size,
                                       check_lengths, check_rows)
 
@@ -237,16 +238,15 @@ def hapo_init(*, capacity: int = 1024) -> HAPOState:
   return HAPOState(history=zeros, count=zeros)
 
 
-def _slots(prompt_index, capacity: int, n: int):
-  """([N] slot, [N] bool tracked): an index outside [0, capacity) (-1: no
-  id) has no slot."""
+def _slots(prompt_index, capacity: int, n: int, prompt_ids: str):
+  """([N] slot, [N] bool tracked) (`prompt_ids.slots`): -1 (no id), or an
+  id outside an exact table, has no slot."""
   index = check_rows("prompt_index", prompt_index, n, dtype=np.int64)
-  tracked = (index >= 0) & (index < capacity)
-  return np.where(tracked, index, 0), tracked
+  return prompt_ids_lib.slots(index, capacity, prompt_ids)
 
 
 def hapo_update(state: HAPOState, lengths, *, correct, prompt_index,
-                mode: str = "min") -> HAPOState:
+                mode: str = "min", prompt_ids: str = "exact") -> HAPOState:
   """The history after a step's rows (all of them at once, so the order of
   rows does not matter):
 
@@ -258,7 +258,7 @@ def hapo_update(state: HAPOState, lengths, *, correct, prompt_index,
   count = np.asarray(state.count, np.float64)
   lengths = check_lengths(lengths).astype(np.float64)
   n = lengths.shape[0]
-  slot, tracked = _slots(prompt_index, history.shape[0], n)
+  slot, tracked = _slots(prompt_index, history.shape[0], n, prompt_ids)
   use = tracked & _is_correct(correct, n)
   seen = np.zeros_like(count)
   np.add.at(seen, slot[use], 1.0)
@@ -278,19 +278,22 @@ def hapo_update(state: HAPOState, lengths, *, correct, prompt_index,
                    count=jnp.asarray(count + seen, jnp.float32))
 
 
-def _check_hapo(*, mode="min"):
+def _check_hapo(*, mode="min", prompt_ids="exact"):
   if mode not in HAPO_MODES:
     raise ValueError(f"mode={mode!r} is unknown; choose one of "
                      f"{', '.join(HAPO_MODES)}.")
+  prompt_ids_lib.check_mode(prompt_ids)
 
 
 @SHAPERS.register(
     "hapo_length", paper="HAPO, history-aware (seed 002 para. 115)",
     reads=("correct", "prompt_index", "state"), range=(-1.0, 1.0),
     check=_check_hapo, state=StateSpec(init=hapo_init, update=hapo_update),
-    examples=({"capacity": 16}, {"capacity": 4, "mode": "mean"}))
+    prompt_ids=prompt_ids_lib.prompt_ids_option,
+    examples=({"capacity": 16}, {"capacity": 4, "mode": "mean"},
+              {"capacity": 2, "prompt_ids": "hash"}))
 def hapo_length(lengths, *, correct, prompt_index, state: HAPOState,
-                mode: str = "min") -> np.ndarray:
+                mode: str = "min", prompt_ids: str = "exact") -> np.ndarray:
   """HAPO's history-aware length reward against h_x, the shortest correct
   length of the prompt so far (its state):
 
@@ -311,15 +314,17 @@ def hapo_length(lengths, *, correct, prompt_index, state: HAPOState,
     prompt_index: [N] each row's `data.Example.index`.
     state: the `HAPOState` before this step.
     mode: how the history tracks (``min`` or ``mean``; read by the update).
+    prompt_ids: ``exact`` (slot = id) or ``hash`` (slot = id mod capacity;
+      problems sharing a slot share a history), `prompt_ids.slots`.
 
   Returns:
     [N] float32 in [-1, 1].
   """
-  _check_hapo(mode=mode)
+  _check_hapo(mode=mode, prompt_ids=prompt_ids)
   lengths = check_lengths(lengths).astype(np.float64)
   n = lengths.shape[0]
   table = np.asarray(state.history, np.float64)
-  slot, tracked = _slots(prompt_index, table.shape[0], n)
+  slot, tracked = _slots(prompt_index, table.shape[0], n, prompt_ids)
   h = np.where(tracked, table[slot], 0.0)
   safe = np.where(h > 0, h, 1.0)
   f = np.where(lengths < 2.0 * h, np.cos(lengths / safe * np.pi / 2), -1.0)
@@ -407,3 +412,103 @@ def length_budget(lengths, *, step: int, budget_start: float = 1024.0,
                             decay_steps=decay_steps)
   lengths = check_lengths(lengths).astype(np.float64)
   return np.clip(1.0 - lengths / budget, 0.0, 1.0).astype(np.float32)
+
+
+# ------------------------------------------- cosine length (Yeo et al.)
+
+
+def _check_cosine(*, max_length=1000, min_value_wrong=-1.0,
+                  max_value_wrong=-0.5, min_value_correct=0.5,
+                  max_value_correct=1.0, exceed_length=None):
+  if isinstance(max_length, bool) or not isinstance(max_length, int) or (
+      max_length < 1):
+    raise ValueError(f"max_length={max_length!r} must be an integer >= 1 "
+                     "(tokens; the length where the cosine reaches its end).")
+  values = (min_value_wrong, max_value_wrong, min_value_correct,
+            max_value_correct)
+  if not all(math.isfinite(v) for v in values):
+    raise ValueError(f"the reward ends {values!r} must be finite.")
+  if not min_value_wrong <= max_value_wrong:
+    raise ValueError(
+        f"min_value_wrong={min_value_wrong!r} must be <= max_value_wrong="
+        f"{max_value_wrong!r} (a short wrong answer gets the min).")
+  if not min_value_correct <= max_value_correct:
+    raise ValueError(
+        f"min_value_correct={min_value_correct!r} must be <= "
+        f"max_value_correct={max_value_correct!r} (a short correct answer "
+        "gets the max).")
+  if exceed_length is not None and not math.isfinite(exceed_length):
+    raise ValueError(f"exceed_length={exceed_length!r} must be None or "
+                     "finite.")
+
+
+def _cosine_range(*, max_length=1000, min_value_wrong=-1.0,
+                  max_value_wrong=-0.5, min_value_correct=0.5,
+                  max_value_correct=1.0, exceed_length=None):
+  del max_length
+  ends = [min_value_wrong, max_value_wrong, min_value_correct - 1.0,
+          max_value_correct - 1.0]
+  if exceed_length is not None:
+    ends += [exceed_length, exceed_length - 1.0]
+  return (min(ends), max(ends))
+
+
+@SHAPERS.register(
+    "cosine_length",
+    paper="Yeo et al., Demystifying Long CoT, arXiv 2502.03373",
+    reads=("correct",), range=_cosine_range, check=_check_cosine,
+    examples=({"max_length": 8},
+              {"max_length": 6, "exceed_length": -2.0,
+               "min_value_correct": 0.0, "max_value_wrong": 0.0}))
+def cosine_length(lengths, *, correct, max_length: int = 1000,
+                  min_value_wrong: float = -1.0,
+                  max_value_wrong: float = -0.5,
+                  min_value_correct: float = 0.5,
+                  max_value_correct: float = 1.0,
+                  exceed_length=None) -> np.ndarray:
+  """The cosine-scaled length reward: shorter correct answers earn more,
+  longer wrong ones lose less.
+
+    c = cos(pi min(n, L) / L)                  (1 at n = 0, -1 at n >= L)
+    correct: R = r_min^c + (r_max^c - r_min^c) (1 + c) / 2
+    wrong:   R = r_max^w + (r_min^w - r_max^w) (1 + c) / 2
+    n >= L with `exceed_length` set: R = exceed_length
+    column = R - 1[correct]
+
+  so a correct answer earns r_max^c at n = 0 falling to r_min^c at L, and a
+  wrong one r_min^w at n = 0 rising to r_max^w at L. Yeo et al. (arXiv
+  2502.03373, sec. 4 and their ``cosine.py``), as the peers have it
+  (open-r1's and the TRL recipes' ``get_cosine_scaled_reward``, defaults
+  -1, -0.5, 0.5, 1.0, L = 1000). Two departures: lengths are tokens (the
+  peers' port counts characters; the authors' code tokens), and n is
+  clipped at L (the peers' cos(pi n / L) turns back up past L; the
+  authors' code gives ``exceed_length`` there, optional here). The
+  authors' repetition penalty is the separate ``repetition_penalty``
+  shaper. With ``accuracy`` weighted 1, verifiers + column is R.
+
+  Args:
+    lengths: [N] completion lengths in tokens.
+    correct: [N] 1 where the answer is right.
+    max_length: L, in tokens (<= rollout.max_new_tokens).
+    min_value_wrong, max_value_wrong: r_min^w <= r_max^w.
+    min_value_correct, max_value_correct: r_min^c <= r_max^c.
+    exceed_length: None, or R at n >= L.
+
+  Returns:
+    [N] float32.
+  """
+  _check_cosine(max_length=max_length, min_value_wrong=min_value_wrong,
+                max_value_wrong=max_value_wrong,
+                min_value_correct=min_value_correct,
+                max_value_correct=max_value_correct,
+                exceed_length=exceed_length)
+  lengths = check_lengths(lengths).astype(np.float64)
+  ok = _is_correct(correct, lengths.shape[0])
+  c = np.cos(np.pi * np.minimum(lengths, max_length) / max_length)
+  reward = np.where(
+      ok, min_value_correct + (max_value_correct - min_value_correct)
+      * (1.0 + c) / 2.0,
+      max_value_wrong + (min_value_wrong - max_value_wrong) * (1.0 + c) / 2.0)
+  if exceed_length is not None:
+    reward = np.where(lengths >= max_length, exceed_length, reward)
+  return (reward - ok).astype(np.float32)

@@ -18,6 +18,7 @@ What a shaper may read (`READS`), all per row [N] unless noted:
   verifier_weights [K_v] their weights
   sampler_logp     [N, T] the sampler's own log-probs of its tokens
   mask             [N, T] 1.0 on sampled tokens
+  tokens           [N, T] int the sampled token ids (valid where mask is 1)
   group_size       G, the rows of one prompt
   step             the training step
   prompt_index     `data.Example.index` of each row's prompt
@@ -45,6 +46,8 @@ None or (field, problem, fix) for `config.validate`.
 | ``length_budget`` | clip(1 - n / B_t, 0, 1), B_t a schedule    | seed 002 para. 17 (reconstruction) |
 | ``consteer``   | +-lam * confidence (ConSteer-RL)              | seed 000 para. 11 (reconstruction) |
 | ``pow3r``      | contrast-adapted rubric minus the static one  | seed 000 para. 58 (reconstruction) |
+| ``cosine_length`` | cosine length reward minus correctness    | arXiv 2502.03373 |
+| ``repetition_penalty`` | max_penalty x the share of repeated n-grams | arXiv 2502.03373 App. C.2 |
 """
 
 import functools
@@ -58,8 +61,8 @@ from grpo_jax import registry
 SHAPERS = registry.Registry("reward shaper", positional=("lengths",))
 
 READS = ("correct", "formatted", "verified", "verifier_weights",
-         "sampler_logp", "mask", "group_size", "step", "prompt_index",
-         "state")
+         "sampler_logp", "mask", "tokens", "group_size", "step",
+         "prompt_index", "state")
 # The verifier each correctness read comes from.
 READ_VERIFIERS = {"correct": "accuracy", "formatted": "format"}
 

@@ -67,6 +67,7 @@ class RoundData(NamedTuple):
   prompt_index: np.ndarray  # [N] int
   sampler_logp: Any = None  # [N, T]
   mask: Any = None  # [N, T]
+  tokens: Any = None  # [N, T] int
 
 
 def _reads(shaper: Shaper, data: RoundData, state) -> dict:
@@ -128,7 +129,7 @@ def update_states(shapers: Mapping[str, Tuple[Any, float]],
       lengths=np.concatenate([d.lengths for d in data]),
       verified=np.concatenate([d.verified for d in data]),
       prompt_index=np.concatenate([d.prompt_index for d in data]),
-      sampler_logp=None, mask=None)
+      sampler_logp=None, mask=None, tokens=None)
   for name, (fn, _) in shapers.items():
     if isinstance(fn, Shaper) and fn.stateful:
       reads = _reads(fn, joined, states[name])
@@ -139,13 +140,13 @@ def update_states(shapers: Mapping[str, Tuple[Any, float]],
 
 def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
                   functions: Sequence[str], weights: Sequence[float],
-                  max_new_tokens: int, num_problems=None) -> None:
+                  max_new_tokens: int) -> None:
   """ValueError ``config.rewards.shapers.<name>...: problem; fix.`` unless
   every shaper fits the config: its weight is set, its options are its own
-  and valid, the verifiers it reads are configured, a per-prompt table holds
-  the task's problems (`num_problems`, None: unknown), a length limit fits
+  and valid, the verifiers it reads are configured, a length limit fits
   the sampler, and POW3R's criteria are a rubric (weights summing to 1,
-  one category each, scores in [0, 1])."""
+  one category each, scores in [0, 1]). A per-prompt table's size against
+  the task's ids is `prompt_ids.check_config`'s."""
   def fail(field, problem, fix):
     raise ValueError(f"config.{field}: {problem}; {fix}.")
   for name, options in shapers_config.items():
@@ -172,13 +173,6 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
       fail(f"{field}.target_range", f"{tuple(target)!r} reaches beyond "
            f"rollout.max_new_tokens={max_new_tokens} (a target the sampler "
            "cannot reach)", "set target lengths <= rollout.max_new_tokens")
-    if shaper.stateful and num_problems is not None:
-      capacity = len(np.asarray(_first_leaf(shaper.init())))
-      if capacity < num_problems:
-        fail(f"{field}.capacity", f"{capacity} slots cannot hold the "
-             f"{num_problems} problems of the task (shaper {name!r} keeps "
-             "one slot per data.Example.index)",
-             f"set --config.{field}.capacity={num_problems} or more")
     # Rules that span fields, the shaper's own (metadata ``check_config``).
     check_config = SHAPERS.entry(name).meta.get("check_config")
     if check_config is not None:
@@ -190,6 +184,3 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
         where, what, fix = problem
         fail(where or field, what, fix)
 
-
-def _first_leaf(state):
-  return state[0] if isinstance(state, tuple) else state

@@ -1,12 +1,14 @@
 """Shapers of what the rewards and the sampler say beyond length: the
-sampler's confidence in its own completion (ConSteer-RL) and rubric
-criteria weighted by how much they currently separate a group (POW3R)."""
+sampler's confidence in its own completion (ConSteer-RL), rubric
+criteria weighted by how much they currently separate a group (POW3R),
+and the repetition of the completion's own n-grams."""
 
 import math
 
 import numpy as np
 
-from grpo_jax.rewards.shapers import SHAPERS, check_group_size, check_rows
+from grpo_jax.rewards.shapers import (SHAPERS, check_group_size,
+                                      check_lengths, check_rows)
 
 CONFIDENCE_AGGREGATIONS = ("geometric", "mean_prob")
 
@@ -200,3 +202,67 @@ def pow3r(lengths, *, verified, verifier_weights, group_size: int,
   w = pow3r_weights(scores, h, categories, temp=temp)
   column = ((w - h)[:, None, :] * scores).sum(-1)
   return column.reshape(n).astype(np.float32)
+
+
+# ---------------------------------------------------- n-gram repetition
+
+
+def _check_repetition(*, ngram_size=3, max_penalty=-1.0):
+  if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or (
+      ngram_size < 1):
+    raise ValueError(f"ngram_size={ngram_size!r} must be an integer >= 1 "
+                     "(tokens per n-gram).")
+  if not -math.inf < max_penalty <= 0:
+    raise ValueError(f"max_penalty={max_penalty!r} must be a finite number "
+                     "<= 0 (the penalty of a fully repetitive completion).")
+
+
+def repeated_share(ids, ngram_size: int) -> float:
+  """1 - #distinct / #all n-grams of the token ids `ids` (0 with fewer than
+  `ngram_size` tokens)."""
+  ids = np.asarray(ids)
+  if ids.shape[0] < ngram_size:
+    return 0.0
+  grams = np.lib.stride_tricks.sliding_window_view(ids, ngram_size)
+  return 1.0 - np.unique(grams, axis=0).shape[0] / grams.shape[0]
+
+
+@SHAPERS.register(
+    "repetition_penalty",
+    paper="arXiv 2502.03373 App. C.2 (TRL get_repetition_penalty_reward)",
+    reads=("tokens",),
+    range=lambda *, ngram_size=3, max_penalty=-1.0: (max_penalty, 0.0),
+    check=_check_repetition,
+    examples=({}, {"ngram_size": 1, "max_penalty": -0.5}))
+def repetition_penalty(lengths, *, tokens, ngram_size: int = 3,
+                       max_penalty: float = -1.0) -> np.ndarray:
+  """The n-gram repetition penalty of the completion's own tokens:
+
+    column = max_penalty (1 - #distinct n-grams / #n-grams)
+
+  0 for a completion without a repeated n-gram or with fewer than
+  `ngram_size` tokens, max_penalty in the limit of one n-gram repeated.
+  Yeo et al. (arXiv 2502.03373, appendix C.2), with TRL's semantics
+  (``trl.rewards.get_repetition_penalty_reward``: n-grams of token ids,
+  defaults 3 and -1.0); every row is penalised (the authors' code adds it
+  to wrong answers only). The n-grams are over the sampled tokens (the
+  first ``lengths`` of each row, an end token included).
+
+  Args:
+    lengths: [N] completion lengths in tokens.
+    tokens: [N, T] the sampled token ids.
+    ngram_size: tokens per n-gram, >= 1.
+    max_penalty: <= 0.
+
+  Returns:
+    [N] float32 in [max_penalty, 0].
+  """
+  _check_repetition(ngram_size=ngram_size, max_penalty=max_penalty)
+  lengths = check_lengths(lengths)
+  tokens = np.asarray(tokens)
+  if tokens.ndim != 2 or tokens.shape[0] != lengths.shape[0]:
+    raise ValueError(f"tokens must be [N, T] with N={lengths.shape[0]}; got "
+                     f"shape {tokens.shape}.")
+  share = [repeated_share(row[:n], ngram_size)
+           for row, n in zip(tokens, lengths)]
+  return (max_penalty * np.asarray(share, np.float64)).astype(np.float32)

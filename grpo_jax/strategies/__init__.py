@@ -7,17 +7,44 @@
 | groups | ``all_groups``     | every group of one round (GRPO)               |
 | groups | ``dynamic_sampling`` | resample until P groups have signal (DAPO)  |
 | groups | ``guided_correction`` | a reference row in all-wrong groups (EDGE) |
+| groups | ``ghpo``           | all-wrong groups redrawn with hints (GHPO)    |
+| groups | ``aero``           | all-equal groups grown until mixed (AERO)     |
+| groups | ``popo``           | zero-variance groups refilled from a buffer   |
+|        |                    | of earlier effective groups (POPO; stateful)  |
+| groups | ``repo``           | each group joined by K completions from its   |
+|        |                    | prompt's own FIFO cache (RePO; stateful)      |
 | rows   | ``all_rows``       | every sampled token trains                    |
 | rows   | ``mask_truncated`` | truncated completions leave the loss (DAPO)   |
+| filter | ``none``           | every member of a group trains                |
+| filter | ``gfpo``           | the k shortest (or best R/L) of G' (GFPO)     |
+| filter | ``bppo``           | shortest right + wrong, token prefix (BPPO)   |
+| budget | ``fixed``          | num_generations each (the plain pipeline)     |
+| budget | ``knapsack``       | Knapsack-RL's DP over tracked success rates   |
+| budget | ``pilot_commit``   | a pilot, the rest by the pilots' reward std   |
+| budget | ``sgpo``           | 1 / p from a profiling pass, easy to hard     |
 
-A new strategy is one function in `select.py`, `groups.py` or `rows.py`
-under its registry's decorator, and a config naming it.
+A new strategy is one function in `select.py`, `groups.py`, `resampled.py`
+or `rows.py` under its registry's decorator, and a config naming it; a
+member filter (the ``filter`` stage: after the group strategy, before the
+estimator) is one in `members.py`; a budget strategy (the ``budget``
+stage: each prompt's group size, ragged groups in the step's N rows) one
+in `allocation.py`.
 """
 
+from grpo_jax.strategies import allocation
 from grpo_jax.strategies import groups
+from grpo_jax.strategies import members
+from grpo_jax.strategies import resampled
+from grpo_jax.strategies import replay
+from grpo_jax.strategies import repo
+from grpo_jax.strategies import row_replay
 from grpo_jax.strategies import rows
 from grpo_jax.strategies import select
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
+from grpo_jax.strategies.allocation import Budget
+from grpo_jax.strategies.allocation import BUDGETS
+from grpo_jax.strategies.allocation import make_budget
+from grpo_jax.strategies._kit import GroupLayout
 from grpo_jax.strategies._kit import GroupStrategy
 from grpo_jax.strategies._kit import make_group_strategy
 from grpo_jax.strategies._kit import make_row_strategy
@@ -32,6 +59,11 @@ from grpo_jax.strategies.groups import dynamic_sampling
 from grpo_jax.strategies.groups import guided_correction
 from grpo_jax.strategies.groups import inject_reference
 from grpo_jax.strategies.groups import References
+from grpo_jax.strategies.members import Filtered
+from grpo_jax.strategies.members import filter_members
+from grpo_jax.strategies.members import make_member_filter
+from grpo_jax.strategies.members import MEMBER_FILTERS
+from grpo_jax.strategies.members import MemberFilter
 from grpo_jax.strategies.rows import all_rows
 from grpo_jax.strategies.rows import mask_truncated
 from grpo_jax.strategies.select import prioritized

@@ -13,8 +13,10 @@ state, ``()`` when stateless) like every component.
 """
 
 import functools
-from typing import Any, Callable, List, NamedTuple, Tuple
+from typing import (Any, Callable, List, Mapping, NamedTuple, Optional,
+                    Tuple)
 
+import jax
 import numpy as np
 
 from grpo_jax import registry
@@ -35,10 +37,30 @@ class Selected(NamedTuple):
     picks: P (round, group) pairs: the batch's groups, in batch order.
     valid: [P] bool; False for filler groups, which keep the batch's shape
       but carry no loss and enter no batch statistic.
+    measurements: the strategy's own measurements (name -> float, e.g.
+      ``ghpo/hinted_groups``), logged with the rollout's; None when none.
   """
   rounds: List[Any]
   picks: List[Tuple[int, int]]
   valid: np.ndarray
+  # The strategy's own measurements (name -> float), joined to the step's.
+  measurements: Optional[Mapping[str, float]] = None
+  # Rows that join the batch beside the picked groups' own (RePO's
+  # replayed completions, `strategies.repo.ReplayRows`); None when none.
+  # Only a strategy declaring metadata ``extra_rows`` returns them, and its
+  # step runs through `grpo_jax.repo_rollout`.
+  replay: Optional[Any] = None
+
+
+class GroupLayout(NamedTuple):
+  """What a stateful group strategy's fixed-size state is shaped by, from
+  the config (not its options): G (``rollout.num_generations``), T
+  (``rollout.max_new_tokens``), the widest prompt (the largest of
+  ``data.prompt_buckets``) and the reward columns' weights [K]."""
+  num_generations: int
+  max_new_tokens: int
+  prompt_len: int
+  weights: Tuple[float, ...]
 
 
 class Selection(NamedTuple):
@@ -63,8 +85,25 @@ class GroupStrategy(NamedTuple):
     apply: ``apply(state, draw, num_prompts, **helpers) -> (Selected,
       state)`` where ``draw(r)`` samples and scores round r (a
       `rollout.Round`) and `helpers` are the rollout's functions its
-      metadata ``reads`` names (``reference``: EDGE-GRPO's reference rows
-      of a round, `groups.References`).
+      metadata ``reads`` names:
+
+      * ``reference(round) -> groups.References``: EDGE-GRPO's reference
+        rows of a round's prompts;
+      * ``examples(r) -> [Example]``: the P prompts round r's selection
+        reads (``draw(r)`` is ``resample(r, examples(r))``);
+      * ``resample(r, examples) -> Round``: P given examples (the step's
+        own, or rewritten: GHPO's hinted questions) sampled, scored and
+        shaped with round r's key ``fold_in(key, r)``; each r <
+        rounds_per_step is drawn at most once, by `draw` or `resample`;
+      * ``hint(examples, omegas [P]) -> [Example]``: GHPO's hinted
+        questions (`references.hint_examples`; omega 0 = plain);
+      * ``step``: the training step (an int, not a function);
+      * ``key``: a PRNG key of the step for the strategy's own draws
+        (POPO's refill), apart from every round's sampling key.
+
+      A stateful strategy (metadata ``state``, see `make_group_strategy`)
+      gets its state and the run's `GroupLayout` as keywords and returns
+      its new state; a stateless one's state stays ``()``.
     reads: the helpers it takes.
   """
   name: str
@@ -100,21 +139,42 @@ def make_selection(name: str, *, rounds_per_step: int = 1,
   return Selection(name, lambda: (), select, reads)
 
 
-def make_group_strategy(name: str, **options) -> GroupStrategy:
-  """The `GroupStrategy` `name` with `options` bound."""
+def make_group_strategy(name: str, layout: Optional[GroupLayout] = None,
+                        **options) -> GroupStrategy:
+  """The `GroupStrategy` `name` with `options` bound.
+
+  A stateful entry (metadata ``state``: ``state(layout, **options) ->
+  initial state``, fixed-size arrays) is called with ``state=`` and
+  ``layout=`` and returns ``(Selected, state)``; it needs `layout` (a
+  stateless one ignores it)."""
   entry = GROUP_STRATEGIES.entry(name)
   reads = tuple(entry.meta.get("reads", ()))
-  GROUP_STRATEGIES.check_options(name, options, exclude=reads)
+  GROUP_STRATEGIES.check_options(name, options,
+                                 exclude=reads + ("state", "layout"))
   fn = functools.partial(entry.fn, **options)
   rounds = entry.meta["rounds_per_step"](**options)
+  stateful = entry.meta.get("state")
+  if stateful is not None:
+    if layout is None:
+      raise ValueError(f"group strategy {name!r} keeps state shaped by the "
+                       "run; pass layout= (a GroupLayout).")
+    init = functools.partial(stateful, layout, **options)
+    # Its option checks, before any compute; shapes only (a buffer is not
+    # allocated at config.validate).
+    jax.eval_shape(init)
+  else:
+    init = lambda: ()
 
   def apply(state, draw, num_prompts, **helpers):
     missing = [k for k in reads if k not in helpers]
     if missing:
       raise ValueError(f"group strategy {name!r} needs the rollout's "
                        f"{missing[0]!r} helper; pass {missing[0]}=.")
-    return fn(draw, num_prompts, **{k: helpers[k] for k in reads}), state
-  return GroupStrategy(name, rounds, lambda: (), apply, reads)
+    given = {k: helpers[k] for k in reads}
+    if stateful is not None:
+      return fn(draw, num_prompts, state=state, layout=layout, **given)
+    return fn(draw, num_prompts, **given), state
+  return GroupStrategy(name, rounds, init, apply, reads)
 
 
 def make_row_strategy(name: str, **options) -> RowStrategy:

@@ -86,14 +86,8 @@ def add(buffer: RolloutBuffer, rows: RolloutBuffer, keep) -> RolloutBuffer:
       prompts left-padded to at most the buffer's width).
     keep: [n] bool, the rows to store.
   """
-  capacity = buffer.valid.shape[0]
   keep = jnp.asarray(keep, bool)
-  # Slots in overwrite order: free ones first, then by age.
-  age_key = jnp.where(buffer.valid, buffer.step, jnp.iinfo(jnp.int32).min)
-  order = jnp.lexsort((jnp.arange(capacity), age_key))
-  rank = jnp.cumsum(keep) - 1
-  target = jnp.where(keep & (rank < capacity),
-                     order[jnp.clip(rank, 0, capacity - 1)], capacity)
+  target = targets(buffer, keep)
   rows = rows._replace(valid=keep,
                        prompt_tokens=_left_pad(rows.prompt_tokens,
                                                buffer.prompt_tokens.shape[1]),
@@ -102,6 +96,20 @@ def add(buffer: RolloutBuffer, rows: RolloutBuffer, keep) -> RolloutBuffer:
   return jax.tree.map(
       lambda old, new: old.at[target].set(new.astype(old.dtype), mode="drop"),
       buffer, rows)
+
+
+def targets(buffer: RolloutBuffer, keep) -> jnp.ndarray:
+  """[n] int32 the slot each `keep` row is written to by `add` (free slots
+  first, then the oldest), C (out of range: dropped) for the rest; a
+  stage keeping arrays beside the buffer writes them to the same slots."""
+  capacity = buffer.valid.shape[0]
+  keep = jnp.asarray(keep, bool)
+  # Slots in overwrite order: free ones first, then by age.
+  age_key = jnp.where(buffer.valid, buffer.step, jnp.iinfo(jnp.int32).min)
+  order = jnp.lexsort((jnp.arange(capacity), age_key))
+  rank = jnp.cumsum(keep) - 1
+  return jnp.where(keep & (rank < capacity),
+                   order[jnp.clip(rank, 0, capacity - 1)], capacity)
 
 
 def _left_pad(x, width: int):

@@ -94,3 +94,148 @@ def ragged_grpo(rewards, group, valid, num_groups: int, *, eps: float = 1e-6,
   mixed = valid & (high[seg] > low[seg])
   return jnp.where(mixed, centred / (jnp.where(sd[seg] > 0, sd[seg], 1.0)
                                      + eps), 0.0)
+
+
+# ------------------------------------------------- sampled rows of a step
+
+
+class Rows(NamedTuple):
+  """R sampled rows of ragged groups, numpy, prompt-major (`ragged_rows`):
+  what a budget strategy's ``draw`` returns and the step trains on.
+
+  Attributes:
+    group: [R] int32, the row's prompt among the step's P (-1: padding,
+      no loss and no statistic).
+    prompt_index: [R] int32, the prompt's `data.Example.index` (-1 padding).
+    prompt_tokens, prompt_mask: [R, Sp] the row's left-padded prompt.
+    tokens, mask, sampler_logp, token_entropies: [R, T] (int32, float32).
+    lengths: [R] int32; truncated: [R] bool; entropies: [R] float32.
+    rewards: [R, K] float32 reward columns; total: [R] float32 their
+      weighted sum.
+    columns: the K column names.
+    errors: [K verifiers] completions whose verifier raised.
+    scored: completions scored (padding rows are not).
+  """
+  group: np.ndarray
+  prompt_index: np.ndarray
+  prompt_tokens: np.ndarray
+  prompt_mask: np.ndarray
+  tokens: np.ndarray
+  mask: np.ndarray
+  sampler_logp: np.ndarray
+  token_entropies: np.ndarray
+  lengths: np.ndarray
+  truncated: np.ndarray
+  entropies: np.ndarray
+  rewards: np.ndarray
+  total: np.ndarray
+  columns: tuple
+  errors: np.ndarray
+  scored: int
+
+
+# The fields of `Rows` with one entry per row.
+ROW_FIELDS = ("group", "prompt_index", "prompt_tokens", "prompt_mask",
+              "tokens", "mask", "sampler_logp",
+              "token_entropies", "lengths", "truncated", "entropies",
+              "rewards", "total")
+
+
+def take_rows(rows: Rows, index) -> Rows:
+  """`rows` at the row indices `index` (any order, repeats allowed)."""
+  index = np.asarray(index, np.int64)
+  return rows._replace(**{f: np.asarray(getattr(rows, f))[index]
+                          for f in ROW_FIELDS})
+
+
+def drop_groups(rows: Rows, where) -> Rows:
+  """`rows` with every row of the prompts `where` [P] made padding (group
+  and prompt index -1, empty mask): Pilot-Commit's skipped pilots."""
+  group = np.asarray(rows.group)
+  where = np.asarray(where, bool)
+  gone = (group >= 0) & where[np.maximum(group, 0)]
+  return rows._replace(
+      group=np.where(gone, -1, group).astype(np.int32),
+      prompt_index=np.where(gone, -1, rows.prompt_index).astype(np.int32),
+      mask=np.where(gone[:, None], 0.0, rows.mask).astype(np.float32))
+
+
+def join_rows(parts, num_rows: int) -> Rows:
+  """The rows of several draws of the same P prompts in `num_rows` rows,
+  prompt-major again: each prompt's rows in draw order (a stable sort),
+  padding last; the padding beyond `num_rows` is dropped.
+
+  Raises:
+    ValueError: when the parts hold more than `num_rows` real rows.
+  """
+  first = parts[0]
+  whole = first._replace(
+      **{f: np.concatenate([np.asarray(getattr(p, f)) for p in parts])
+         for f in ROW_FIELDS},
+      errors=sum(np.asarray(p.errors) for p in parts),
+      scored=sum(p.scored for p in parts))
+  group = whole.group
+  used = int((group >= 0).sum())
+  if used > num_rows:
+    raise ValueError(f"the draws hold {used} rows, more than the step's "
+                     f"num_rows={num_rows}.")
+  key = np.where(group >= 0, group, np.iinfo(np.int32).max)
+  return take_rows(whole, np.argsort(key, kind="stable")[:num_rows])
+
+
+def group_sizes(group, num_groups: int) -> np.ndarray:
+  """[P] int64 rows of each group (padding rows, -1, not counted)."""
+  group = np.asarray(group)
+  return np.bincount(group[group >= 0], minlength=num_groups).astype(np.int64)
+
+
+def member_index(group) -> np.ndarray:
+  """[R] int32 each row's index within its group, in row order (-1 for
+  padding); rows of a group need not be contiguous."""
+  group = np.asarray(group)
+  member = np.full(group.shape, -1, np.int32)
+  seen = {}
+  for i, g in enumerate(group.tolist()):
+    if g >= 0:
+      member[i] = seen.get(g, 0)
+      seen[g] = member[i] + 1
+  return member
+
+
+def scatter_view(values, group, num_groups: int, width: int, *, fill=0):
+  """[P, width, ...] of the [R, ...] row `values`, row i at (group[i],
+  member i): the equal-width view an estimator takes, with `members`
+  [P, width] bool marking the slots a row fills.
+
+  Raises:
+    ValueError: a group larger than `width` (the view's largest group).
+
+  Returns:
+    (view, members).
+  """
+  values = np.asarray(values)
+  group = np.asarray(group)
+  member = member_index(group)
+  if member.size and member.max() >= width:
+    big = int(np.argmax(group_sizes(group, num_groups)))
+    raise ValueError(
+        f"group {big} holds {int(member.max()) + 1} rows, more than the "
+        f"largest group size {width}; raise the budget strategy's largest "
+        "group (its n_max / g_max option) or lower its allocation.")
+  view = np.full((num_groups, width) + values.shape[1:], fill, values.dtype)
+  members = np.zeros((num_groups, width), bool)
+  real = group >= 0
+  view[group[real], member[real]] = values[real]
+  members[group[real], member[real]] = True
+  return view, members
+
+
+def gather_rows(view, group) -> np.ndarray:
+  """[R, ...] of a [P, width, ...] view at each row's (group, member): the
+  inverse of `scatter_view`; padding rows get 0."""
+  view = np.asarray(view)
+  group = np.asarray(group)
+  member = member_index(group)
+  out = view[np.maximum(group, 0), np.maximum(member, 0)]
+  real = (group >= 0).reshape((-1,) + (1,) * (out.ndim - 1))
+  return np.where(real, out, 0).astype(view.dtype)

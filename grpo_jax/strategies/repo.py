@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.advantages import segments
+from grpo_jax.strategies._kit import GROUP_STRATEGIES
+from grpo_jax.strategies._kit import Selected
 
 REPO_STRATEGIES = ("random_k", "highest_k", "recent_k", "max_variance_k",
                    "all")
@@ -246,3 +248,188 @@ def repo_advantages(on_rewards, off_rewards, off_valid, *,
   both = z(jnp.concatenate([on, off], axis=1),
            jnp.concatenate([jnp.ones(on.shape, bool), off_valid], axis=1))
   return both[:, :g], both[:, g:]
+
+
+# ------------------------------------------------- RePO, wired as a stage
+
+
+class ReplayRows(NamedTuple):
+  """The K cached completions each of a step's P groups replays
+  (`Selected.replay`), host arrays; `valid` False marks an empty slot
+  (the prompt's cache not ready, or holding fewer than K entries).
+
+  Attributes:
+    tokens, mask: [P, K, T] int32 / float32.
+    behaviour_logp: [P, K, T] float32, the sampler's log-probs when drawn.
+    rewards: [P, K] float32 total rewards (sum_k w_k R_k).
+    step: [P, K] int32, the step that drew each.
+    valid: [P, K] bool.
+    advantage_mode: ``split`` or ``mixed`` (the strategy's option, which
+      the step's estimate reads).
+  """
+  tokens: np.ndarray
+  mask: np.ndarray
+  behaviour_logp: np.ndarray
+  rewards: np.ndarray
+  step: np.ndarray
+  valid: np.ndarray
+  advantage_mode: str = "split"
+
+
+def replay_width(*, max_cache_size: int = 16, num_replays: int = 8,
+                 strategy: str = "highest_k", **_) -> int:
+  """K, the replay slots a group gets beside its G members (metadata
+  ``extra_rows``): num_replays, capped at the cache size; M for ``all``."""
+  if strategy == "all":
+    return int(max_cache_size)
+  return min(int(num_replays), int(max_cache_size))
+
+
+def _check_repo_options(capacity, prompt_ids, max_cache_size,
+                        min_cache_to_replay, num_replays, strategy,
+                        advantage_mode, off_policy_coef) -> None:
+  for name, value in (("capacity", capacity),
+                      ("max_cache_size", max_cache_size),
+                      ("min_cache_to_replay", min_cache_to_replay),
+                      ("num_replays", num_replays)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"{name}={value!r} must be an integer >= 1.")
+  if min_cache_to_replay > max_cache_size:
+    raise ValueError(f"min_cache_to_replay={min_cache_to_replay} exceeds "
+                     f"max_cache_size={max_cache_size}: no prompt would ever "
+                     "replay; lower it or raise max_cache_size.")
+  if strategy not in REPO_STRATEGIES:
+    raise ValueError(f"strategy={strategy!r} is unknown; choose one of "
+                     f"{', '.join(REPO_STRATEGIES)}.")
+  if strategy == "max_variance_k":
+    _subsets(max_cache_size, min(num_replays, max_cache_size))
+  if advantage_mode not in REPO_MODES:
+    raise ValueError(f"advantage_mode={advantage_mode!r} is unknown; choose "
+                     f"one of {', '.join(REPO_MODES)}.")
+  if isinstance(off_policy_coef, bool) or not isinstance(
+      off_policy_coef, (int, float)) or not 0 <= off_policy_coef < float(
+          "inf"):
+    raise ValueError(f"off_policy_coef={off_policy_coef!r} must be a finite "
+                     "number >= 0 (c_off; the authors' 1).")
+  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
+  prompt_ids_lib.check_mode(prompt_ids)
+
+
+def repo_state(layout, *, capacity: int = 1024, prompt_ids: str = "exact",
+               max_cache_size: int = 16, min_cache_to_replay: int = 16,
+               num_replays: int = 8, strategy: str = "highest_k",
+               advantage_mode: str = "split", off_policy_coef: float = 1.0
+               ) -> RepoCache:
+  """RePO's state in ``TrainState.states["groups"]``: empty FIFO caches of
+  `capacity` prompts (slots by `prompt_ids`) x `max_cache_size` entries of
+  ``layout.max_new_tokens`` tokens."""
+  _check_repo_options(capacity, prompt_ids, max_cache_size,
+                      min_cache_to_replay, num_replays, strategy,
+                      advantage_mode, off_policy_coef)
+  return repo_init(capacity, int(layout.max_new_tokens),
+                   max_cache_size=max_cache_size)
+
+
+_retrieve = jax.jit(repo_retrieve, static_argnames=(
+    "strategy", "num_replays", "min_cache_to_replay"))
+_push = jax.jit(repo_push)
+
+
+@jax.jit
+def _take(cache: RepoCache, slots, positions):
+  s = jnp.asarray(slots, jnp.int32)[:, None]
+  return repo_take(cache, slots, positions) + (cache.step[s, positions],)
+
+
+@GROUP_STRATEGIES.register(
+    rounds_per_step=lambda **_: 1, reads=("step", "key"), state=repo_state,
+    replays=True, extra_rows=replay_width,
+    prompt_ids=lambda prompt_ids="exact", **_: prompt_ids,
+    paper="RePO, arXiv 2506.09340 (SihengLi99/RePO)",
+    examples=({"capacity": 16, "max_cache_size": 4, "min_cache_to_replay": 3,
+               "num_replays": 2},
+              {"capacity": 4, "prompt_ids": "hash", "max_cache_size": 3,
+               "min_cache_to_replay": 3, "num_replays": 2,
+               "strategy": "max_variance_k", "advantage_mode": "mixed",
+               "off_policy_coef": 0.5}))
+def repo(draw, num_prompts, *, state: RepoCache, layout, step, key,
+         capacity: int = 1024, prompt_ids: str = "exact",
+         max_cache_size: int = 16, min_cache_to_replay: int = 16,
+         num_replays: int = 8, strategy: str = "highest_k",
+         advantage_mode: str = "split", off_policy_coef: float = 1.0):
+  """RePO's replay of each prompt's own earlier completions (arXiv
+  2506.09340, VARIANTS.md 4.9; EXACT-CODE, SihengLi99/RePO).
+
+  One round is drawn. Each group's prompt id (`data.Example.index`) maps to
+  a slot of the per-prompt cache (`prompt_ids.slots`: ``exact``, or
+  ``hash`` = id mod capacity). A prompt whose FIFO holds at least
+  `min_cache_to_replay` entries replays K of them, chosen by `strategy`
+  (`repo_retrieve`: highest_k, the authors' script; random_k with `key`;
+  recent_k; max_variance_k; all), before the round's G completions are
+  appended to it (a step never replays itself). The replayed rows join
+  the group's batch rows (`Selected.replay`; the step runs through
+  `grpo_jax.repo_rollout`: G + K rows per group, a fixed row count), with
+  their stored sampler log-probs as the behaviour policy mu and their
+  advantages the estimator's, on the fresh and replayed rewards apart
+  (``advantage_mode="split"``, the authors' default) or together
+  (``"mixed"``). The update's loss is
+
+    L = agg(fresh rows) + off_policy_coef * agg(replayed rows),
+
+  each part aggregated on its own, KL (beta > 0) on the fresh rows only.
+
+  Args:
+    draw: ``draw(r) -> Round``; one round is drawn.
+    num_prompts: P.
+    state: the `RepoCache` (capacity prompts x max_cache_size entries).
+    layout: the run's `GroupLayout` (reward weights).
+    step: the training step (stored with each entry).
+    key: ``random_k``'s key.
+    capacity, prompt_ids: the cache's prompt slots and how ids map to them.
+    max_cache_size: M, entries per prompt (authors' script 16).
+    min_cache_to_replay: entries a prompt needs before it replays (16).
+    num_replays: k (8).
+    strategy: the retrieval (`REPO_STRATEGIES`).
+    advantage_mode, off_policy_coef: read by the step (`repo_rollout`).
+
+  Returns:
+    (Selected with ``replay`` a `ReplayRows` [P, K], new cache);
+    measurements ``repo/replaying_groups`` (share of the P groups with a
+    replayed row), ``repo/replay_rows`` (share of the P*K slots filled),
+    ``repo/mean_age`` (steps, over replayed rows; 0 when none) and
+    ``repo/untracked_groups`` (ids with no cache slot: they neither store
+    nor replay).
+  """
+  del capacity, max_cache_size, off_policy_coef  # the state's; the update's
+  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
+  rnd = draw(0)
+  cache_slots, tracked = prompt_ids_lib.slots(
+      rnd.prompt_index, state.rewards.shape[0], prompt_ids)
+  positions, valid = _retrieve(state, cache_slots, key, strategy=strategy,
+                               num_replays=num_replays,
+                               min_cache_to_replay=min_cache_to_replay)
+  tokens, mask, logp, rewards, when = jax.device_get(
+      _take(state, cache_slots, positions))
+  valid = np.asarray(valid, bool) & np.asarray(tracked, bool)[:, None]
+  total = (np.asarray(rnd.rewards, np.float32)
+           * np.asarray(layout.weights, np.float32)).sum(-1)
+  new_state = _push(state, cache_slots, rnd.tokens, rnd.mask,
+                    rnd.sampler_logp, total, jnp.asarray(step, jnp.int32),
+                    tracked)
+  replay = ReplayRows(tokens=np.asarray(tokens, np.int32),
+                      mask=np.asarray(mask, np.float32) * valid[..., None],
+                      behaviour_logp=np.asarray(logp, np.float32),
+                      rewards=np.where(valid, rewards, 0.0).astype(
+                          np.float32),
+                      step=np.asarray(when, np.int32), valid=valid,
+                      advantage_mode=advantage_mode)
+  age = (step - replay.step)[valid]
+  measurements = {
+      "repo/replaying_groups": float(valid.any(axis=1).mean()),
+      "repo/replay_rows": float(valid.mean()),
+      "repo/mean_age": float(age.mean()) if age.size else 0.0,
+      "repo/untracked_groups": float(1.0 - np.asarray(tracked).mean()),
+  }
+  return Selected(rounds=[rnd], picks=[(0, i) for i in range(num_prompts)],
+                  valid=np.ones(num_prompts, bool), measurements=measurements,
+                  replay=replay), new_state

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from grpo_jax import prompt_ids
 from grpo_jax.strategies._kit import SELECTIONS
 
 
@@ -32,24 +33,23 @@ def draw_by_priority(task, index, num_prompts, priorities):
     task: a task with ``train_indices()`` and ``example(index)``.
     index: the round's prompt index (``step * rounds_per_step + round``).
     num_prompts: P, at most the number of training problems.
-    priorities: [capacity] weights >= 0 by problem index; capacity must
-      cover the task's problems.
+    priorities: [capacity] weights >= 0 by slot: problem x's is
+      ``priorities[x mod capacity]`` (`prompt_ids.slots`, hash: the id
+      itself wherever the ids fit the table, as an exact table's must).
 
   Returns:
     The P `data.Example`s, in draw order.
   """
   candidates = task.train_indices()
   weights = np.asarray(priorities, np.float64)
-  if weights.ndim != 1 or candidates.size and candidates.max() >= weights.size:
-    raise ValueError(
-        f"priorities must be [capacity] covering the task's problem indices "
-        f"(up to {int(candidates.max()) if candidates.size else 0}); got "
-        f"shape {weights.shape}.")
+  if weights.ndim != 1 or not weights.size:
+    raise ValueError(f"priorities must be [capacity] with capacity >= 1; "
+                     f"got shape {weights.shape}.")
   if num_prompts > candidates.size:
     raise ValueError(
         f"num_prompts={num_prompts} exceeds the {candidates.size} training "
         "problems a draw without replacement can give.")
-  weights = weights[candidates]
+  weights = weights[prompt_ids.slots(candidates, weights.size, "hash")[0]]
   rng = np.random.default_rng((getattr(task, "seed", 0), index))
   picked = rng.choice(candidates, size=num_prompts, replace=False,
                       p=weights / weights.sum())

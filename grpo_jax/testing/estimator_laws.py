@@ -247,6 +247,34 @@ def check_fillers_are_ignored(estimator, groups):
   assert_close(masked_state, kept_state, atol=1e-5, rtol=1e-5)
 
 
+def check_members_are_respected(estimator, groups, key):
+  """With `GroupData.members` (a member filter's kept subset): a member
+  outside it gets exactly 0 and changes no other advantage (masked equals
+  dropped: member 0 left out of every group gives what the groups without
+  it get), and a group of one kept member, or of equal kept rewards, gets
+  exactly 0."""
+  p, g = groups.lengths.shape
+  # Member 0 outside every group, with outlandish rewards: a leak shows.
+  members = jnp.ones((p, g), bool).at[:, 0].set(False)
+  masked = groups._replace(rewards=groups.rewards.at[:, 0].set(100.0),
+                           members=members)
+  out = _per_group(_estimate(estimator, masked), groups)
+  np.testing.assert_array_equal(numpy(out[:, 0]), np.zeros(out[:, 0].shape))
+  dropped = _map_members(groups, lambda x: x[:, 1:])
+  assert_close(out[:, 1:], _per_group(_estimate(estimator, dropped), dropped),
+               atol=1e-5, rtol=1e-5)
+  # Random subsets: one kept member in group 0, equal kept rewards in 1.
+  members = jax.random.bernoulli(key, 0.6, (p, g))
+  members = members.at[0].set(jnp.arange(g) == 1).at[1, :2].set(True)
+  rewards = groups.rewards.at[1].set(jnp.where(members[1][:, None], 0.4,
+                                               groups.rewards[1]))
+  out = _per_group(_estimate(estimator, groups._replace(
+      rewards=rewards, members=members)), groups)
+  np.testing.assert_array_equal(numpy(out[:2]), np.zeros(out[:2].shape))
+  outside = numpy(jnp.broadcast_to(~members[..., None], out.shape))
+  np.testing.assert_array_equal(numpy(out)[outside], 0.0)
+
+
 # Every law taking (estimator, groups) or (estimator, groups, key), with the
 # metadata flag that must be True for it to apply (None: always applies).
 ESTIMATOR_LAWS = (
@@ -260,6 +288,7 @@ ESTIMATOR_LAWS = (
     (check_state_keeps_its_shapes, None),
     (check_float32_output, None),
     (check_fillers_are_ignored, None),
+    (check_members_are_respected, "members"),
 )
 
 

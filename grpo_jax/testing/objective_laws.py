@@ -116,10 +116,19 @@ def law_masked_equals_dropped(name, options):
   _close(g[:, -2:], jnp.zeros((n, 2)), what="gradient under padding")
 
 
+def whole_minibatch(name, options) -> bool:
+  """Whether `name` with `options` needs the minibatch's rows whole (meta
+  ``whole_minibatch``: Clip-Cov's random draw); config validation then
+  rejects a microbatch size that splits them."""
+  flag = objectives.OBJECTIVES.entry(name).meta.get("whole_minibatch", False)
+  return bool(flag(**options)) if callable(flag) else bool(flag)
+
+
 def law_microbatched_equals_one_shot(name, options):
   """Rows in two microbatches, each loss_sum divided by the whole batch's
   count (pre-pass statistics over the whole batch): the same loss, gradient
-  and merged diagnostics as one shot."""
+  and merged diagnostics as one shot. An objective that needs the rows
+  whole must refuse them split (ValueError)."""
   objective = objectives.make(name, **options)
   logp, old, adv, mask = off_policy_batch(n=6)
   mask = mask.at[0, 1:].set(0.0)  # microbatches with unequal token counts
@@ -128,6 +137,15 @@ def law_microbatched_equals_one_shot(name, options):
       objective.prepass(logp[3:], old[3:], adv[3:], mask[3:])))
   state = objective.init()
   count = objective.count(mask)
+  if whole_minibatch(name, options):
+    try:
+      objective.loss(state, logp[:3], old[:3], adv[:3], mask[:3],
+                     batch_stats=stats, **_reads(objective, logp[:3],
+                                                 old[:3]))
+    except ValueError:
+      return
+    raise AssertionError(f"{name} needs whole minibatches but took 3 rows "
+                         "of a 6-row pool")
 
   def micro(lp, rows):
     _, aux = objective.loss(state, lp, old[rows], adv[rows], mask[rows],
@@ -229,6 +247,8 @@ def law_token_weights_scale_and_drop_terms(name, options):
   _close(jax.grad(lambda lp: weighted(lp, 0.5 * mask)[0])(logp),
          0.5 * jax.grad(lambda lp: weighted(lp, mask)[0])(logp),
          what="gradient under weights of 0.5")
+  if whole_minibatch(name, options):
+    return  # its rows cannot be taken alone
   first = weighted(logp, mask[:1], slice(0, 1))
   dropped = weighted(logp, mask.at[0].set(0.0))
   _close(dropped[1].loss_sum, plain[1].loss_sum - first[1].loss_sum,

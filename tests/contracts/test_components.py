@@ -80,7 +80,7 @@ def shaper_reads(shaper, lengths, state):
       prompt_index=np.repeat([0, 1, 2, -1], 3),
       sampler_logp=np.where(mask > 0, -rng.exponential(size=(n, t)),
                             -np.inf),
-      mask=mask, state=state)
+      mask=mask, tokens=rng.integers(0, 3, size=(n, t)), state=state)
   return {k: arrays[k] for k in shaper.reads}
 
 
@@ -112,27 +112,69 @@ def test_shaper_gives_one_finite_float_per_completion(name, options):
 class _Round(NamedTuple):
   rewards: np.ndarray  # [P, G, K]
   columns: tuple = ("accuracy", "format")
+  # What a strategy that stores groups (POPO) keeps of a round.
+  prompt_ids: list = None
+  tokens: np.ndarray = None  # [P, G, T]
+  mask: np.ndarray = None
+  lengths: np.ndarray = None  # [P, G]
+  truncated: np.ndarray = None
+  sampler_logp: np.ndarray = None
+  token_entropies: np.ndarray = None
+  entropies: np.ndarray = None
+  prompt_index: np.ndarray = None  # [P]
+  sampled: tuple = None
+  replayed: np.ndarray = None
+
+
+# What a stateful group strategy's state is shaped by (G = 3, T = 2).
+_LAYOUT = strategies.GroupLayout(num_generations=3, max_new_tokens=2,
+                                 prompt_len=4, weights=(1.0, 0.1))
 
 
 def _draw(r):
   """Round r: prompt p's accuracy varies when (p + r) is even."""
-  p, g = 4, 3
+  p, g, t = 4, 3, 2
   accuracy = np.zeros((p, g), np.float32)
   accuracy[(np.arange(p) + r) % 2 == 0, 0] = 1.0
   fmt = np.ones((p, g), np.float32)
-  return _Round(np.stack([accuracy, fmt], axis=-1))
+  return _Round(
+      np.stack([accuracy, fmt], axis=-1),
+      prompt_ids=[[7 + i, 3] for i in range(p)],
+      tokens=np.full((p, g, t), r + 1, np.int32),
+      mask=np.ones((p, g, t), np.float32), lengths=np.full((p, g), t),
+      truncated=np.zeros((p, g), bool),
+      sampler_logp=np.full((p, g, t), -1.0 - r, np.float32),
+      token_entropies=np.ones((p, g, t), np.float32),
+      entropies=np.ones((p, g), np.float32),
+      prompt_index=np.arange(p, dtype=np.int32) + 10 * r)
 
 
 @pytest.mark.parametrize("name,options", cases(strategies.GROUP_STRATEGIES))
 def test_group_strategy_keeps_p_groups_of_drawn_rounds(name, options):
-  strategy = strategies.make_group_strategy(name, **options)
+  strategy = strategies.make_group_strategy(name, layout=_LAYOUT, **options)
   # The rollout's helpers a strategy reads: reference rows that no verifier
   # accepts (EDGE-GRPO's correction then keeps the round as drawn).
   helpers = {"reference": lambda rnd: strategies.groups.References(
-      *[None] * 7, rewards=np.zeros(rnd.rewards.shape[::2]), errors=None)}
-  selected, state = strategy.apply(strategy.init(), _draw, 4,
-                                   **{k: helpers[k] for k in strategy.reads})
-  assert state == strategy.init()
+      *[None] * 7, rewards=np.zeros(rnd.rewards.shape[::2]), errors=None),
+             # GHPO's and AERO's: the same prompts drawn again (round r's
+             # rewards), hinted as text, at step 6.
+             "examples": lambda r: [f"q{r}.{i}" for i in range(4)],
+             "resample": lambda r, examples: _draw(r),
+             "hint": lambda examples, omegas: [
+                 f"{e} {w}" for e, w in zip(examples, omegas)],
+             "step": 6, "key": jax.random.PRNGKey(0)}  # POPO's draw
+  given = {k: helpers[k] for k in strategy.reads}
+  selected, state = strategy.apply(strategy.init(), _draw, 4, **given)
+  init = strategy.init()
+  if not jax.tree.leaves(init):
+    assert state == init
+  else:  # a fixed-size state (checkpointed): structure, shapes, dtypes kept
+    assert jax.tree.structure(state) == jax.tree.structure(init)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(init)):
+      assert a.shape == b.shape and a.dtype == b.dtype
+    # Again from the state it returned: a replay strategy now draws from
+    # the groups it stored.
+    selected, _ = strategy.apply(state, _draw, 4, **dict(given, step=7))
   assert len(selected.picks) == 4 and selected.valid.shape == (4,)
   assert 1 <= len(selected.rounds) <= strategy.rounds_per_step
   assert len(set(selected.picks)) == 4  # no group twice
@@ -153,6 +195,45 @@ def test_row_strategy_only_removes_tokens(name, options):
   out = np.asarray(out)
   assert out.shape == mask.shape
   assert np.all((out == 0) | (out == mask))  # a subset of the tokens
+
+
+@pytest.mark.parametrize("name,options", cases(strategies.MEMBER_FILTERS))
+def test_member_filter_keeps_a_subset_and_keeps_its_state_shapes(name,
+                                                                 options):
+  """A member filter keeps a subset of the valid groups' members (fillers
+  keep none), a token mask within the sampled tokens, finite measures
+  (kept + dropped = 1), a state of unchanged layout, and is a pure
+  function of its inputs."""
+  from grpo_jax import groups as groups_lib  # pylint: disable=g-import-not-at-top
+  member_filter = strategies.make_member_filter(
+      name, group_size=6, columns=("accuracy", "format"), **options)
+  assert member_filter.statistics in strategies.members.STATISTICS
+  key = jax.random.PRNGKey(0)
+  rewards = jax.random.bernoulli(key, 0.5, (4, 6, 2)).astype(jnp.float32)
+  lengths = jax.random.randint(jax.random.fold_in(key, 1), (4, 6), 1, 6)
+  mask = np.asarray(jnp.arange(5)[None, :] < lengths.reshape(-1, 1),
+                    np.float32)
+  data = groups_lib.from_rewards(rewards, lengths=lengths,
+                                 valid=[True, True, True, False])
+  state = member_filter.init()
+  out, new_state = member_filter.apply(state, data, mask)
+  again, _ = member_filter.apply(state, data, mask)
+  testing.assert_close(again, out, rtol=0, atol=0)
+  layout = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert jax.tree.structure(new_state) == jax.tree.structure(state)
+  assert layout(new_state) == layout(state)
+  if out.members is not None:
+    members = np.asarray(out.members)
+    assert members.shape == (4, 6) and members.dtype == bool
+    assert not members[3].any()
+    m = out.measures
+    assert float(m["kept_share"]) + float(m["dropped_share"]) == (
+        pytest.approx(1.0))
+  if out.token_mask is not None:
+    tokens = np.asarray(out.token_mask)
+    assert tokens.shape == mask.shape
+    assert np.all((tokens == 0) | (tokens == 1)) and np.all(tokens <= mask)
+  assert all(np.isfinite(float(v)) for v in out.measures.values())
 
 
 # Credit rules have their own suite: tests/contracts/test_credit.py.
@@ -213,6 +294,14 @@ def _component_states():
                  for e in advantages.ESTIMATORS.entries()})
   states.update({f"shape/{e.name}": rewards.make_shaper(
       e.name, **e.examples[0]).init() for e in rewards.SHAPERS.entries()})
+  states.update({f"groups/{e.name}": strategies.make_group_strategy(
+      e.name, layout=_LAYOUT, **e.examples[0]).init()
+                 for e in strategies.GROUP_STRATEGIES.entries()})
+  states.update({f"filter/{n}/{i}": strategies.make_member_filter(
+      n, group_size=6, **o).init()
+                 for i, (n, o) in enumerate(
+                     (c.values[0], c.values[1])
+                     for c in cases(strategies.MEMBER_FILTERS))})
   return states
 
 

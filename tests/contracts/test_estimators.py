@@ -127,8 +127,10 @@ def test_a_toy_estimator_registered_in_scope_runs_under_every_law():
     _kit.register(input="PG", output="group", paper="toy")(range_toy)
     assert "range_toy" in advantages.names()
     ran = laws.check_estimator("range_toy")
-    assert ran == tuple(law.__name__ for law, _ in laws.ESTIMATOR_LAWS)
-    for law, _ in laws.ESTIMATOR_LAWS:
+    # Every law but the members one (the toy does not declare members).
+    general = [law for law, flag in laws.ESTIMATOR_LAWS if flag != "members"]
+    assert ran == tuple(law.__name__ for law in general)
+    for law in general:
       run_law(law, advantages.make("range_toy"))
   assert advantages.names() == before
   with pytest.raises(ValueError, match="unknown"):

@@ -1,0 +1,59 @@
+"""Config checks shared by the step paths whose rows are not P x G groups
+of the plain pipeline: ragged groups (`budget_rollout`), RePO's G + K rows
+(`repo_rollout`) and replayed rows (`replay_rollout`).
+
+Each path fills only some of the group data and carries none of the stages
+that read a round's own fields; these checks refuse the rest before any
+compute, naming the field and the fix (``why`` says which path refuses).
+"""
+
+from grpo_jax import advantages
+from grpo_jax import credit
+from grpo_jax import objectives
+from grpo_jax import strategies
+
+
+def fail(field: str, problem: str, fix: str):
+  raise ValueError(f"config.{field}: {problem}; {fix}.")
+
+
+def check_estimator_reads(c, why: str, filled) -> None:
+  """The estimator reads only the GroupData fields the path fills."""
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  extra = [f for f in reads if f not in filled]
+  if extra:
+    fail("advantage.name", f"estimator {c.advantage.name!r} reads "
+         f"GroupData.{extra[0]}, which {why} does not fill",
+         "use grpo, dr_grpo or rloo")
+
+
+def check_plain_stages(c, why: str, *, rows: bool = True,
+                       fix: str = "") -> None:
+  """No member filter, an identity credit rule, no reward shapers, no
+  per-member temperatures, no sampler top-K or temperature rule and no
+  objective reading `entropy_hat`; with `rows`, a row strategy that reads
+  no round field. `fix` is appended to each fix (", or budget.name=fixed").
+  """
+  r = c.rollout
+  if c.get("filter", {}).get("name", "none") != "none":
+    fail("filter.name", f"{c.filter.name!r} is not carried with {why}",
+         f"set --config.filter.name=none{fix}")
+  if not credit.meta(c.credit.name)["identity"]:
+    fail("credit.name", f"credit rule {c.credit.name!r} is not carried "
+         f"with {why}", f"set --config.credit.name=uniform{fix}")
+  if rows and strategies.ROW_STRATEGIES.entry(c.rows.name).meta.get("reads"):
+    fail("rows.name", f"row strategy {c.rows.name!r} reads round fields "
+         f"{why} does not keep", f"set --config.rows.name=all_rows{fix}")
+  for field, value, off in (
+      ("rewards.shapers", dict(c.rewards.shapers), {}),
+      ("rollout.member_temperatures", tuple(r.member_temperatures), ()),
+      ("rollout.record_topk", r.record_topk, 0),
+      ("rollout.temperature_tau", r.temperature_tau, 0.0)):
+    if value != off:
+      fail(field, f"{value!r} is not carried with {why}",
+           f"set {field}={off!r}{fix}")
+  if "entropy_hat" in objectives.OBJECTIVES.entry(
+      c.objective.name).meta.get("reads", ()):
+    fail("objective.name", f"objective {c.objective.name!r} reads "
+         f"entropy_hat, which is not carried with {why}",
+         f"choose another objective{fix}")

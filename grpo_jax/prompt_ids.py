@@ -1,0 +1,250 @@
+"""Prompt ids: the stable integer id of every example (`data.Example.index`)
+and the slots of the per-prompt state tables keyed on it.
+
+Every task gives each example an id that does not change across steps,
+processes or a resumed run:
+
+| task          | id                                                        |
+|---------------|-----------------------------------------------------------|
+| ``arithmetic`` | its place in the enumeration of the problem space        |
+| ``segments``  | likewise (problems of fewer parts first)                  |
+| ``gsm8k``     | the record's index in its split                           |
+| ``jsonl``     | the record's integer ``id`` field when every record has  |
+|               | one, else its index among the file's records              |
+
+A per-prompt table (SPO's Beta tracker and its revisit memory, HAPO's length
+history, Knapsack-RL's success tracker, sGPO's profile) has a configured
+``capacity`` and declares in its registry metadata how ids reach it
+(``prompt_ids``, a mode or a function of the options):
+
+  exact  slot = id; an id outside [0, capacity) has no slot, and a config
+         whose training ids reach past the table fails at build
+         (`check_config`), naming the capacity field;
+  hash   slot = id mod capacity: a larger problem space folds into the
+         table, problems sharing a slot share their state.
+
+The two agree wherever exact is allowed (every id below the capacity).
+A table or a lookup by id (the prioritised draw, reference rows) needs the
+ids to be distinct: a JSONL file with a repeated ``id`` is a build error.
+"""
+
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+MODES = ("exact", "hash")
+
+# Records in GSM8K's train split (arXiv 2110.14168; tfds ``gsm8k``): its
+# ids are 0 .. 7472, known without loading it.
+GSM8K_TRAIN_SIZE = 7473
+
+# The field a JSONL record's own id is read from.
+ID_KEY = "id"
+
+
+def check_mode(mode: str) -> None:
+  if mode not in MODES:
+    raise ValueError(f"prompt_ids={mode!r} is unknown; choose one of "
+                     f"{', '.join(MODES)} (exact: one slot per id, hash: ids "
+                     "folded into the table).")
+
+
+def slots(prompt_index, capacity: int, mode: str = "exact", *, xp=np):
+  """([N] int32 slot, [N] bool tracked) of the ids `prompt_index` in a table
+  of `capacity` slots: exact, slot = id where 0 <= id < capacity; hash, slot
+  = id mod capacity for every id >= 0. An untracked id (-1: none; or past
+  an exact table) gets slot 0 and tracked False. `xp`: numpy, or jax.numpy
+  inside a jitted function."""
+  check_mode(mode)
+  index = xp.asarray(prompt_index).astype(xp.int64 if xp is np else xp.int32)
+  if mode == "hash":
+    tracked = index >= 0
+    slot = xp.where(tracked, index % capacity, 0)
+  else:
+    tracked = (index >= 0) & (index < capacity)
+    slot = xp.where(tracked, index, 0)
+  return slot.astype(xp.int32), tracked
+
+
+def record_ids(records: Sequence[dict], *, key: str = ID_KEY) -> list:
+  """The id of each JSONL record: its integer `key` field when every record
+  has one (an int >= 0, or a string of digits), else its index."""
+  ids = []
+  for record in records:
+    value = record.get(key)
+    if isinstance(value, str) and value.isdigit():
+      value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      return list(range(len(records)))
+    ids.append(value)
+  return ids
+
+
+def duplicates(ids: Sequence[int]) -> Tuple[int, ...]:
+  """The ids that occur more than once, ascending."""
+  values, counts = np.unique(np.asarray(ids, np.int64), return_counts=True)
+  return tuple(int(v) for v in values[counts > 1])
+
+
+class IdSpace(NamedTuple):
+  """What a config's training problems' ids are, known before any compute.
+
+  Attributes:
+    bound: every training id is below it (an exact table needs this many
+      slots).
+    count: the training problems (a draw without replacement gives at most
+      this many).
+    duplicates: ids shared by several training problems (JSONL ``id``
+      fields), ascending.
+    source: what the ids are, for messages.
+  """
+  bound: int
+  count: int
+  duplicates: Tuple[int, ...] = ()
+  source: str = ""
+
+
+def id_space(data_config, *, seed: int = 0) -> Optional[IdSpace]:
+  """The `IdSpace` of a config's ``data`` block; the arithmetic tasks are
+  counted, GSM8K is known (`GSM8K_TRAIN_SIZE`), a JSONL file is read (no
+  model, no tokenizer). None for a task it does not know."""
+  from grpo_jax import data  # pylint: disable=g-import-not-at-top
+  task = data_config.task
+  if task in ("arithmetic", "segments"):
+    built = data.make_task(data_config, seed=seed)
+    try:  # the problems not held out, where the space can be enumerated
+      count = len(built.train_indices())
+    except (AttributeError, ValueError):
+      count = built.num_problems
+    return IdSpace(bound=built.num_problems, count=count,
+                   source=f"data.task={task!r}")
+  if task == "gsm8k":
+    return IdSpace(bound=GSM8K_TRAIN_SIZE, count=GSM8K_TRAIN_SIZE,
+                   source="data.task='gsm8k' (its train split)")
+  if task == "jsonl":
+    built = data.make_task(data_config, seed=seed)
+    ids = [e.index for e in built.train_examples]
+    return IdSpace(bound=max(ids) + 1, count=len(ids),
+                   duplicates=duplicates(ids),
+                   source=f"data.path={data_config.path!r}")
+  return None
+
+
+class Table(NamedTuple):
+  """A per-prompt table of a config: its capacity field and mode."""
+  field: str  # e.g. "advantage.kwargs.capacity"
+  capacity: int
+  mode: str
+  component: str  # e.g. "estimator 'spo'"
+
+
+def _tables(c) -> list:
+  """The config's per-prompt tables, by the registries' ``prompt_ids``
+  metadata (a mode, or a function of the entry's options giving one)."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from grpo_jax import advantages  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rewards.shapers import SHAPERS  # pylint: disable=g-import-not-at-top
+
+  def declared(meta, options):
+    mode = meta.get("prompt_ids")
+    return mode(**options) if callable(mode) else mode
+
+  def capacity(init, options):
+    default = inspect.signature(init).parameters["capacity"].default
+    return int(options.get("capacity", default))
+
+  tables = []
+  name, options = c.advantage.name, dict(c.advantage.kwargs)
+  entry = advantages.ESTIMATORS.entry(name)
+  mode = declared(entry.meta, options)
+  if mode:
+    tables.append(Table("advantage.kwargs.capacity",
+                        capacity(entry.meta["state"].init, options), mode,
+                        f"estimator {name!r}"))
+  for name, options in c.rewards.shapers.items():
+    options = {k: v for k, v in dict(options).items() if k != "weight"}
+    entry = SHAPERS.entry(name)
+    mode = declared(entry.meta, options)
+    if mode:
+      tables.append(Table(f"rewards.shapers.{name}.capacity",
+                          capacity(entry.meta["state"].init, options), mode,
+                          f"shaper {name!r}"))
+  tables += _budget_tables(c, declared, capacity)
+  return tables
+
+
+def _budget_tables(c, declared, capacity) -> list:
+  """The budget stage's table (Knapsack-RL's tracker, sGPO's profile); an
+  unknown name or bad options are left to `budget_rollout.check_config`,
+  which names the field."""
+  from grpo_jax.strategies import allocation  # pylint: disable=g-import-not-at-top
+  budget = c.get("budget")
+  if budget is None or budget.name not in allocation.BUDGETS:
+    return []
+  entry = allocation.BUDGETS.entry(budget.name)
+  options = dict(budget.kwargs)
+  try:
+    mode = declared(entry.meta, options)
+    if not mode:
+      return []
+    size = capacity(entry.meta["state"], options)
+  except (TypeError, ValueError):
+    return []
+  return [Table("budget.kwargs.capacity", size, mode,
+                f"budget {budget.name!r}")]
+
+
+def check_table(table: Table, ids: IdSpace) -> None:
+  """ValueError ``config.<capacity field>: ...; fix.`` when an exact table
+  cannot hold every training id."""
+  check_mode(table.mode)
+  if table.mode == "exact" and table.capacity < ids.bound:
+    mode_field = table.field.rsplit(".", 1)[0] + ".prompt_ids"
+    raise ValueError(
+        f"config.{table.field}: {table.capacity} slots cannot hold the "
+        f"{ids.bound} problems of {ids.source} ({table.component} keeps one "
+        "slot per data.Example.index, prompt_ids='exact'); set "
+        f"--config.{table.field}={ids.bound} or more, or "
+        f"--config.{mode_field}=hash to fold the ids into the table.")
+
+
+def check_config(c, *, by_id: Sequence[str] = ()) -> None:
+  """The prompt-id checks of `config.validate`, before any compute: each
+  per-prompt table holds the task's training ids (or hashes them), the ids
+  are distinct where a table or a lookup by id (`by_id`: the stages that
+  look problems up, for the message) needs them, and a draw without
+  replacement (``without_replacement`` selection metadata) has
+  ``rollout.num_prompts`` problems to draw."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  tables = _tables(c)
+  select = strategies.SELECTIONS.entry(c.select.name).meta
+  draws = bool(select.get("without_replacement"))
+  users = [t.component for t in tables] + list(by_id)
+  if not users and not draws:
+    return
+  ids = id_space(c.data, seed=c.seed)
+  if ids is None:
+    return
+  if users and ids.duplicates:
+    shown = ", ".join(map(str, ids.duplicates[:5]))
+    raise ValueError(
+        f"config.data.path: {c.data.path} repeats the {ID_KEY!r} field "
+        f"({len(ids.duplicates)} ids, e.g. {shown}), but "
+        f"{', '.join(users)} key per-prompt state on it; give every record "
+        f"a distinct {ID_KEY!r}, or drop the field (the record index is then "
+        "the id).")
+  for table in tables:
+    check_table(table, ids)
+  if draws and c.rollout.num_prompts > ids.count:
+    raise ValueError(
+        f"config.rollout.num_prompts: {c.rollout.num_prompts} exceeds the "
+        f"{ids.count} training problems {c.select.name!r} draws from "
+        f"without replacement ({ids.source}); set rollout.num_prompts <= "
+        f"{ids.count}.")
+
+
+def prompt_ids_option(prompt_ids: str = "exact", **_: Any) -> str:
+  """Metadata ``prompt_ids`` of a table whose mode is its ``prompt_ids``
+  option (checked)."""
+  check_mode(prompt_ids)
+  return prompt_ids

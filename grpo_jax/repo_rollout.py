@@ -1,0 +1,237 @@
+"""One step under RePO (arXiv 2506.09340; VARIANTS.md 4.9): each group's G
+fresh completions and K completions replayed from its prompt's own cache,
+in one batch of a fixed P * (G + K) rows.
+
+`rollout.generate` hands the step here when the group strategy declares
+registry metadata ``extra_rows`` (``repo``). The strategy draws the round
+and returns the replayed rows (`strategies.repo.ReplayRows`, [P, K]); then:
+
+  rows      group p's rows are p * (G + K) + j: its G fresh members
+            (j < G), then its K replay slots; an empty slot (the cache not
+            ready, or short) is a row with an empty loss mask and
+            advantage 0. Rows of a block share their prompt, so the update's
+            shared-prompt forward runs with group size G + K.
+  estimate  the configured estimator (it must honour `GroupData.members`)
+            on each row's total reward (one column, weight 1):
+            ``split`` (the authors' default) estimates the fresh [P, G] and
+            the replayed [P, K] (members = filled slots) apart, ``mixed``
+            the union [P, G + K] (members = fresh + filled slots). With
+            ``grpo`` this is `strategies.repo.repo_advantages`.
+  mu        a replayed row's sampler log-probs are the stored ones (the
+            behaviour policy when it was drawn), so decoupled PPO weighs it
+            by min(pi_old / mu, C); config.validate requires an objective
+            that weighs by the behaviour policy.
+  loss      ``Batch.replayed`` marks the replay rows; the update
+            (`train.make_loss_functions`, replay_coef = off_policy_coef)
+            aggregates fresh and replayed rows apart, L = agg(fresh) +
+            c_off * agg(replayed), and the regularisers (KL) read the fresh
+            rows only.
+
+Divergences from the authors' trainer (documented in configs/repo.py):
+the cache stores the sampler's log-probs, not a separate old-policy pass
+(equal up to the sampler/trainer numerics); the PPO ratio of a replayed row
+is decoupled (pi / pi_old clipped, weighted by pi_old / mu truncated at
+is_cap) rather than pi / mu clipped directly; the advantage's eps is the
+estimator's (grpo: 1e-6; the authors' 1e-4 is ``advantage.kwargs.eps``).
+
+What this path does not carry (config.validate refuses each, naming the
+field): reward shapers, member filters, non-identity credit rules, row
+strategies that read round fields, per-member temperatures, the sampler's
+top-K, HAPO's adaptive temperatures and entropy_hat, token-level or
+per-reward estimators, and estimators reading fields a cache entry does
+not keep.
+"""
+
+import inspect
+import time
+
+import jax
+import numpy as np
+
+from grpo_jax import groups as groups_lib
+from grpo_jax import rollout as rollout_lib
+from grpo_jax import sampling
+from grpo_jax import strategies
+
+
+def extra_rows(config) -> int:
+  """K, the rows each group gets beside its G members (0: none)."""
+  meta = strategies.GROUP_STRATEGIES.entry(config.groups.name).meta
+  fn = meta.get("extra_rows")
+  return 0 if fn is None else int(fn(**dict(config.groups.kwargs)))
+
+
+def replay_coef(config):
+  """c_off of the update's split loss (`train.make_loss_functions`), or
+  None when the group strategy adds no replayed rows."""
+  if not extra_rows(config):
+    return None
+  return float(dict(config.groups.kwargs).get("off_policy_coef", 1.0))
+
+
+def _group_data(totals, members, sequence_logprobs, lengths, prompt_index):
+  """The estimator's view: one reward column (the total, weight 1)."""
+  p = totals.shape[0]
+  return groups_lib.GroupData(
+      rewards=np.asarray(totals, np.float32)[..., None],
+      weights=np.ones((1,), np.float32),
+      valid=members.any(axis=1) if members is not None else np.ones(p, bool),
+      lengths=np.asarray(lengths, np.int32),
+      sequence_logprobs=np.asarray(sequence_logprobs, np.float32),
+      entropies=np.zeros(totals.shape, np.float32),
+      prompt_index=np.asarray(prompt_index, np.int32), members=members)
+
+
+def advantages(estimator, state, on_rewards, off_rewards, off_valid, *,
+               mode: str, on_extra, off_extra, prompt_index):
+  """(on [P, G], off [P, K], state): the estimator's advantages of the
+  fresh and replayed rows, ``split`` (apart) or ``mixed`` (together);
+  `on_extra`/`off_extra` are (sequence_logprobs, lengths) of each part."""
+  off_valid = np.asarray(off_valid, bool)
+  g = on_rewards.shape[1]
+  if mode == "split":
+    on, state = estimator.estimate(state, _group_data(
+        on_rewards, None, *on_extra, prompt_index))
+    off, state = estimator.estimate(state, _group_data(
+        off_rewards, off_valid, *off_extra, prompt_index))
+    on, off = np.asarray(on, np.float32), np.asarray(off, np.float32)
+  else:
+    members = np.concatenate([np.ones(on_rewards.shape, bool), off_valid], 1)
+    both, state = estimator.estimate(state, _group_data(
+        np.concatenate([on_rewards, off_rewards], 1), members,
+        *[np.concatenate([a, b], 1) for a, b in zip(on_extra, off_extra)],
+        prompt_index))
+    both = np.asarray(both, np.float32)
+    on, off = both[:, :g], both[:, g:]
+  return on, np.where(off_valid, off, 0.0).astype(np.float32), state
+
+
+def generate(params, ref_params, step: int, key, states, *, pipeline):
+  """`rollout.generate` under RePO: the same arguments and returns (Batch of
+  P * (G + K) rows, measurements, states)."""
+  c, states = pipeline.components, dict(states)
+  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
+  t0 = time.perf_counter()
+
+  def draw(r):
+    examples = c["select"].select(
+        pipeline.task, step, r, p,
+        **{name: states[name] for name in c["select"].reads})
+    return rollout_lib.sample_round(
+        params, examples, jax.random.fold_in(key, r), pipeline=pipeline,
+        step=step)
+
+  helpers = {"step": step,
+             "key": jax.random.fold_in(key, rollout_lib._GROUPS_KEY)}  # pylint: disable=protected-access
+  selected, states["groups"] = c["groups"].apply(
+      states["groups"], draw, p,
+      **{name: helpers[name] for name in c["groups"].reads})
+  rnd, rep = selected.rounds[0], selected.replay
+  k = rep.valid.shape[1]
+  w = g + k
+  t1 = time.perf_counter()
+
+  weights = np.asarray(pipeline.weights, np.float32)
+  on_rewards = (np.asarray(rnd.rewards, np.float32) * weights).sum(-1)
+  on_mask = np.asarray(rnd.mask, np.float32)
+  off_mask = np.asarray(rep.mask, np.float32)
+  seq = lambda logp, mask: (np.asarray(logp) * mask).sum(-1)
+  adv_on, adv_off, states["advantage"] = advantages(
+      c["advantage"], states["advantage"], on_rewards, rep.rewards,
+      rep.valid, mode=rep.advantage_mode,
+      on_extra=(seq(rnd.sampler_logp, on_mask), rnd.lengths),
+      off_extra=(seq(rep.behaviour_logp, off_mask), off_mask.sum(-1)),
+      prompt_index=rnd.prompt_index)
+
+  rows = lambda on, off: np.concatenate(
+      [np.asarray(on), np.asarray(off).astype(np.asarray(on).dtype)],
+      axis=1).reshape((p * w,) + np.shape(on)[2:])
+  tokens = rows(rnd.tokens, rep.tokens)
+  sample_mask = rows(on_mask, off_mask)
+  adv = rows(adv_on, adv_off)
+  replayed = np.tile(np.arange(w) >= g, p).astype(np.float32)
+  credited, states["credit"] = c["credit"].apply(states["credit"], adv,
+                                                 sample_mask)
+  adv = np.asarray(credited.advantages)
+  loss_mask = sample_mask
+  if credited.mask is not None:
+    loss_mask = np.asarray(credited.mask, np.float32)
+  loss_mask, states["rows"] = c["rows"].apply(states["rows"], loss_mask)
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      rnd.prompt_ids, buckets=pipeline.sampler.prompt_buckets,
+      pad_id=pipeline.sampler.pad_id)
+  batch = pipeline.assemble(
+      params, ref_params, prompt_tokens, prompt_mask, tokens, sample_mask,
+      loss_mask, adv, sampler_logp=rows(rnd.sampler_logp,
+                                        rep.behaviour_logp),
+      replayed=replayed)
+  jax.block_until_ready((batch.old_logp, batch.ref_logp))
+  t2 = time.perf_counter()
+
+  # The round's own measurements on its fresh rows (the plain sample).
+  fresh = np.flatnonzero(replayed == 0)
+  fresh_batch = jax.tree.map(lambda x: np.asarray(x)[fresh], batch)
+  measurements = rollout_lib.describe(selected, adv[fresh], fresh_batch,
+                                      pipeline, estimator=c["advantage"])
+  measurements["rollout/loss_tokens"] = float(
+      np.asarray(batch.completion_mask).sum())
+  off_valid = np.asarray(rep.valid, bool)
+  measurements["repo/advantage_abs_mean_replayed"] = float(
+      np.abs(adv_off)[off_valid].mean()) if off_valid.any() else 0.0
+  measurements["repo/replayed_reward_mean"] = float(
+      np.asarray(rep.rewards)[off_valid].mean()) if off_valid.any() else 0.0
+  measurements.update(selected.measurements or {})
+  measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
+  return batch, measurements, states
+
+
+# ------------------------------------------------------------ the config
+
+# The GroupData fields the step fills for a cache entry too.
+VIEW_FIELDS = ("valid", "lengths", "sequence_logprobs", "prompt_index",
+               "members")
+
+
+def check_config(c, objective) -> None:
+  """ValueError ``config.<field>: problem; fix.`` unless `c`'s group
+  strategy, when it adds replay rows (``extra_rows``: ``repo``), can run:
+  every other stage is one this path carries (see the module doc) and the
+  per-prompt cache holds the task's ids. Called by `config.validate`
+  before any compute (the strategy's own option checks ran before)."""
+  from grpo_jax import advantages, path_checks, prompt_ids  # pylint: disable=g-import-not-at-top
+  if not extra_rows(c):
+    return
+  name = c.groups.name
+  why = f"groups.name={name!r} adds replayed rows to each group"
+  fail = path_checks.fail
+  if c.get("budget", {}).get("name", "fixed") != "fixed":
+    fail("budget.name", f"{c.budget.name!r} draws ragged groups, which "
+         f"{why} does not combine with", "set --config.budget.name=fixed")
+  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
+  if not meta["members"] or meta["output"] != "group" or meta["input"] != \
+      "PG":
+    fail("advantage.name", f"estimator {c.advantage.name!r} cannot score "
+         f"a group's replayed rows ({why}; it must take [P, G] total "
+         "rewards, give one advantage per row and honour GroupData.members)",
+         "use grpo (the authors'), dr_grpo or rloo")
+  path_checks.check_estimator_reads(c, why, VIEW_FIELDS)
+  path_checks.check_plain_stages(c, why)
+  if objective.prepass is not None:
+    fail("objective.name", f"objective {c.objective.name!r} takes "
+         "statistics over the whole minibatch, which would mix the fresh "
+         f"and replayed parts the loss aggregates apart ({why})",
+         "use decoupled_ppo")
+  options = dict(c.groups.kwargs)
+  state_fn = strategies.GROUP_STRATEGIES.entry(name).meta["state"]
+  capacity = int(options.get("capacity", inspect.signature(
+      state_fn).parameters["capacity"].default))
+  table = prompt_ids.Table("groups.kwargs.capacity", capacity,
+                           options.get("prompt_ids", "exact"),
+                           f"group strategy {name!r}")
+  ids = prompt_ids.id_space(c.data, seed=c.seed)
+  if ids is not None:
+    if ids.duplicates:
+      fail("data.path", f"{c.data.path} repeats the {prompt_ids.ID_KEY!r} "
+           f"field, but {why} from a cache per prompt id",
+           f"give every record a distinct {prompt_ids.ID_KEY!r}")
+    prompt_ids.check_table(table, ids)

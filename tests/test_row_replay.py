@@ -1,0 +1,333 @@
+"""The rollout-level replay buffer wired into the step (VARIANTS.md 4.6):
+the group strategy ``replay`` (grpo_jax/strategies/row_replay.py), its
+step path (grpo_jax/replay_rollout.py), the config checks, a `:tiny` step
+with the mechanism acting, and an exact resume. The buffer's pure parts are
+tested in tests/test_buffer.py; expected values here are hand-derived."""
+
+import functools
+import hashlib
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import replay as replay_config
+from grpo_jax import checkpoint
+from grpo_jax import config as config_lib
+from grpo_jax import measures
+from grpo_jax import metrics
+from grpo_jax import objectives
+from grpo_jax import rollout
+from grpo_jax import strategies
+from grpo_jax import testing
+from grpo_jax import train
+from grpo_jax.strategies import buffer as buffer_lib
+from grpo_jax.strategies import row_replay
+
+T, LP = 3, 4
+LAYOUT = strategies.GroupLayout(num_generations=2, max_new_tokens=T,
+                                prompt_len=LP, weights=(1.0, 0.1))
+
+
+def strategy(**options):
+  return strategies.make_group_strategy("replay", layout=LAYOUT, **options)
+
+
+def variants_buffer():
+  """VARIANTS.md 4.6's vector: |A| = [.5, 0, 1.5, 1], steps [10, 9, 5, 8]
+  (signs mixed: only |A| counts); row j's tokens are all 100 + j."""
+  state = strategy(capacity=4, rows=2).init()
+  rows = buffer_lib.RolloutBuffer(
+      prompt_tokens=np.array([[7, 8], [7, 9], [6, 6], [5, 4]], np.int32),
+      prompt_mask=np.ones((4, 2), np.float32),
+      tokens=np.repeat(100 + np.arange(4, dtype=np.int32)[:, None], T, 1),
+      mask=np.ones((4, T), np.float32),
+      behaviour_logp=np.full((4, T), -1.0, np.float32),
+      advantages=np.array([0.5, 0.0, -1.5, -1.0], np.float32),
+      rewards=np.array([1.0, 0.5, 0.0, 0.0], np.float32),
+      prompt_index=np.array([3, 3, 1, 2], np.int32),
+      step=np.array([10, 9, 5, 8], np.int32), valid=np.ones(4, bool))
+  return row_replay.push_rows(state, rows, jnp.ones(4, bool))
+
+
+class _Round:
+  """The one field the strategy's draw reads from a round."""
+  prompt_ids = [[1]]
+
+
+def test_variants_vector_through_the_wired_draw():
+  """now = 12, tau_max = 4: slot 2 (age 7) is evicted; the first draw is
+  slot 0 with 1/3 and slot 3 with 2/3; A = 0 (slot 1) is never drawn."""
+  buf = variants_buffer()
+  selected, kept = strategy(capacity=4, rows=2, tau_max=4).apply(
+      buf, lambda r: _Round(), 1, step=12, key=jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(np.asarray(kept.valid),
+                                [True, True, False, True])
+  rep = selected.replay
+  np.testing.assert_array_equal(rep.drawn, [True, True])
+  # Both rows of positive weight, in some order, records intact.
+  assert sorted(np.asarray(rep.records.tokens)[:, 0].tolist()) == [100, 103]
+  assert sorted(np.asarray(rep.records.advantages).tolist()) == [-1.0, 0.5]
+  m = selected.measurements
+  assert m["replay/rows_drawn"] == 2.0 and m["replay/evicted"] == 1.0
+  assert m["replay/mean_age"] == ((12 - 10) + (12 - 8)) / 2
+  # Three rows asked: the third slot is not drawn (A = 0 and evicted).
+  selected, _ = strategy(capacity=4, rows=3, tau_max=4).apply(
+      buf, lambda r: _Round(), 1, step=12, key=jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(selected.replay.drawn, [True, True, False])
+  # The first draw's frequency over many keys: [1/3, 0, 0, 2/3].
+  keys = jax.random.split(jax.random.PRNGKey(1), 6000)
+  first = jax.vmap(lambda k: row_replay.draw_rows(
+      buf, k, 12, rows=1, tau_max=4)[1][0])(keys)
+  freq = np.bincount(np.asarray(first), minlength=4) / 6000
+  np.testing.assert_allclose(freq, [1 / 3, 0, 0, 2 / 3], atol=0.02)
+  # a = 2: |A|^2 = [.25, 0, -, 1] -> [1/5, 0, 0, 4/5].
+  first = jax.vmap(lambda k: row_replay.draw_rows(
+      buf, k, 12, rows=1, tau_max=4, power=2.0)[1][0])(keys)
+  freq = np.bincount(np.asarray(first), minlength=4) / 6000
+  np.testing.assert_allclose(freq, [0.2, 0, 0, 0.8], atol=0.02)
+
+
+def test_draws_are_fixed_by_the_key():
+  buf = variants_buffer()
+  draw = lambda key: row_replay.draw_rows(buf, key, 10, rows=2,
+                                          tau_max=10)[1].tolist()
+  assert draw(jax.random.PRNGKey(3)) == draw(jax.random.PRNGKey(3))
+  orders = {tuple(draw(jax.random.PRNGKey(i))) for i in range(40)}
+  assert len(orders) > 1  # the key decides the order
+
+
+def test_round_rows_are_the_rounds_rows_prompt_major():
+  """P = 2 groups of G = 2: row p * G + g has prompt p (left-padded to the
+  buffer's width), its member's tokens, log-probs and advantage, and the
+  weighted total reward; only the kept rows enter the buffer."""
+  p, g = 2, 2
+  tokens = np.arange(p * g * T, dtype=np.int32).reshape(p, g, T)
+  rewards = np.zeros((p, g, 2), np.float32)
+  rewards[0, 1] = [1.0, 1.0]  # total 1.1 at weights (1, .1)
+  rnd = rollout.Round(
+      prompt_ids=[[5, 6], [9]], tokens=tokens,
+      mask=np.ones((p, g, T), np.float32), lengths=np.full((p, g), T),
+      truncated=np.zeros((p, g), bool),
+      sampler_logp=-tokens.astype(np.float32) / 10, rewards=rewards,
+      columns=("accuracy", "format"), errors=np.zeros(1),
+      entropies=np.ones((p, g), np.float32),
+      prompt_index=np.array([4, 7], np.int32))
+  adv = np.array([[-0.7, 0.7], [0.0, 0.0]], np.float32)
+  rows = row_replay.round_rows(rnd, adv, LAYOUT.weights, 5, LP)
+  np.testing.assert_array_equal(rows.prompt_tokens,
+                                [[0, 0, 5, 6]] * 2 + [[0, 0, 0, 9]] * 2)
+  np.testing.assert_array_equal(rows.prompt_index, [4, 4, 7, 7])
+  np.testing.assert_allclose(rows.rewards, [0.0, 1.1, 0.0, 0.0], rtol=1e-6)
+  np.testing.assert_array_equal(rows.advantages, adv.reshape(-1))
+  np.testing.assert_array_equal(rows.tokens[3], tokens[1, 1])
+  np.testing.assert_array_equal(rows.step, [5] * 4)
+  buf = row_replay.push_rows(strategy(capacity=3, rows=1).init(), rows,
+                             jnp.asarray(adv.reshape(-1) != 0))
+  np.testing.assert_array_equal(buf.valid, [True, True, False])
+  np.testing.assert_array_equal(buf.tokens[:2], tokens[0])
+
+
+def test_config_errors_name_the_field_and_the_fix():
+  config = replay_config.get_config("tiny")
+  config_lib.validate(config)
+  config.objective.name = "ppo_clip"
+  config.objective.kwargs = dict(clip_low=0.2, clip_high=0.2)
+  with pytest.raises(ValueError, match=r"config\.objective\.name: 'ppo_clip'"
+                     r".*decoupled_ppo"):
+    config_lib.validate(config)
+  for option, value in (("rows", 0), ("tau_max", -1), ("power", 0.0),
+                        ("capacity", 0), ("rows", 300)):
+    config = replay_config.get_config("tiny")
+    config.groups.kwargs[option] = value
+    with pytest.raises(ValueError,
+                       match=rf"config\.groups\.kwargs: .*{option}="):
+      config_lib.validate(config)
+  config = replay_config.get_config("tiny")
+  config.groups.kwargs.rows = 3  # 8 + 3 rows in 4 minibatches
+  with pytest.raises(ValueError, match=r"config\.train\.num_minibatches: "
+                     r"4 does not divide the N=11 .*3 replayed rows"):
+    config_lib.validate(config)
+  config = replay_config.get_config("tiny")
+  config.rewards.shapers = {"overlong": {}}
+  with pytest.raises(ValueError, match=r"config\.(rewards\.shapers|"
+                     r"rewards\.shapers\.overlong)"):
+    config_lib.validate(config)
+  config = replay_config.get_config("tiny")
+  config.rollout.record_topk = 4
+  with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
+    config_lib.validate(config)
+
+
+def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):
+  config = replay_config.get_config("tiny")
+  components = {"objective": objectives.make("ppo_clip"),
+                "groups": strategy(capacity=4, rows=2)}
+  params = {"w": jnp.ones(3)}
+  optimizer = train.optim.make_optimizer(learning_rate=1e-3, warmup_steps=0,
+                                         decay="constant", total_steps=4)
+  state = train.init_state(params, optimizer, seed=0, components=components)
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  ckpt.save(1, state)
+  larger = strategy(capacity=8, rows=2)
+  bigger = state._replace(states=dict(state.states, groups=larger.init()))
+  hints = train._state_hints(config, {"groups": larger})  # pylint: disable=protected-access
+  with pytest.raises(checkpoint.StateMismatch,
+                     match=r"states/groups/.*groups\.kwargs\.capacity"):
+    ckpt.restore(bigger, hints=hints)
+  restored, _ = ckpt.restore(state, hints=hints)  # the same size restores
+  ckpt.close()
+  testing.assert_close(restored, state, rtol=0, atol=0)
+
+
+# ------------------------------------------------------ the `:tiny` step
+
+
+def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
+  """The tiny model earns no reward: step 1's fresh advantages are 0. The
+  buffer holds step 0's P * G = 8 rows with hand-set advantages and
+  behaviour log-probs 0.3 below the sampler's (an older policy): step 1
+  appends all 8 (R = 16: the other 8 slots stay empty) with their stored
+  advantages, prompts and log-probs; decoupled PPO's weight pi_old / mu =
+  e^0.3 acts (a gradient other than REINFORCE's)."""
+  config = replay_config.get_config("tiny")
+  config.rewards.workers = 0
+  run = train.build(config)
+  # Rows carry their own prompts: the update's shared-prompt block is 1.
+  assert train.update_group_size(config, train.make_components(config)) == 1
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  p, g = config.rollout.num_prompts, config.rollout.num_generations
+  n, r = p * g, config.groups.kwargs.rows
+  examples = pipeline.components["select"].select(pipeline.task, 0, 0, p)
+  with jax.set_mesh(run.mesh):
+    first = rollout.sample_round(run.state.params, examples,
+                                 jax.random.PRNGKey(9), pipeline=pipeline)
+  stored_adv = np.array([1.5, -0.5, 1.0, -1.0, 0.25, -0.25, 2.0, -2.0],
+                        np.float32).reshape(p, g)
+  seeded = first._replace(sampler_logp=first.sampler_logp - 0.3)
+  layout = rollout.group_layout(config)
+  empty = run.state.states["groups"]
+  state = row_replay.push_rows(empty, row_replay.round_rows(
+      seeded, stored_adv, layout.weights, 0, layout.prompt_len),
+                               jnp.ones(n, bool))
+  states = {k: run.state.states[k] for k in rollout.STAGES}
+  states["groups"] = state
+  with jax.set_mesh(run.mesh):
+    batch, m, new_states = run.rollout_fn(
+        run.state.params, run.ref_params, 1,
+        jax.random.fold_in(run.state.key, 1), states)
+  assert batch.tokens.shape[0] == n + r
+  assert m["replay/rows_drawn"] == n and m["replay/mean_age"] == 1.0
+  assert m["replay/evicted"] == 0.0
+  adv = np.asarray(batch.advantages)
+  np.testing.assert_array_equal(adv[:n], 0.0)  # no reward: no signal
+  # The replayed rows: each a stored row (tokens, stored advantage, stored
+  # log-probs), every stored row once, then 8 empty slots.
+  stored_tokens = np.asarray(first.tokens).reshape(n, -1)
+  stored_logp = np.asarray(seeded.sampler_logp).reshape(n, -1)
+  t = batch.completion_mask.shape[1]
+  tokens = np.asarray(batch.tokens)[:, -t:]
+  seen = []
+  for row in range(n, 2 * n):
+    j = [k for k in range(n) if np.array_equal(tokens[row],
+                                               stored_tokens[k])
+         and adv[row] == stored_adv.reshape(-1)[k] and k not in seen][0]
+    seen.append(j)
+    np.testing.assert_allclose(np.asarray(batch.sampler_logp)[row],
+                               stored_logp[j] * np.asarray(
+                                   batch.completion_mask)[row], atol=1e-6)
+    # Its own prompt: group j // G's (the rows' prompts end where the
+    # completion starts).
+    ids = first.prompt_ids[j // g]
+    prompt = np.asarray(batch.tokens)[row, :-t]
+    np.testing.assert_array_equal(prompt[len(prompt) - len(ids):], ids)
+  assert sorted(seen) == list(range(n))
+  np.testing.assert_array_equal(np.asarray(batch.completion_mask)[2 * n:], 0)
+  np.testing.assert_array_equal(adv[2 * n:], 0.0)
+  np.testing.assert_array_equal(np.asarray(batch.replayed),
+                                [0.0] * n + [1.0] * r)
+  # Nothing new enters (every fresh advantage is 0): the buffer is as seeded.
+  np.testing.assert_array_equal(new_states["groups"].valid,
+                                np.asarray(state.valid))
+  assert m["replay/buffer_fill"] == n / config.groups.kwargs.capacity
+  # decoupled PPO on the third minibatch (rows 12..17: 4 replayed, 2
+  # empty): w = pi_old / mu = e^0.3, below the cap 2.
+  part = train.minibatches(batch, config.train.num_minibatches)[2]
+  objective = objectives.make(config.objective.name,
+                              **config.objective.kwargs)
+  fns = train.make_loss_functions(model_config=run.model_config,
+                                  objective=objective,
+                                  chunk_size=config.train.chunk_size)
+  grads, _, records = train.minibatch_gradient(
+      fns, run.state.params, {"objective": ()}, part)
+  np.testing.assert_allclose(measures.values(records)["is_weight_mean"],
+                             math.exp(0.3), rtol=1e-3)
+  reinforce = objectives.make("reinforce", aggregation="token_mean")
+  fns_r = train.make_loss_functions(model_config=run.model_config,
+                                    objective=reinforce,
+                                    chunk_size=config.train.chunk_size)
+  grads_r, _, _ = train.minibatch_gradient(fns_r, run.state.params,
+                                           {"objective": ()}, part)
+  # At the first step r = 1: the gradient is e^0.3 times REINFORCE's.
+  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_r)):
+    np.testing.assert_allclose(np.asarray(a), math.exp(0.3) * np.asarray(b),
+                               rtol=2e-3, atol=1e-7)
+  assert max(float(jnp.abs(a - b).max()) for a, b in zip(
+      jax.tree.leaves(grads), jax.tree.leaves(grads_r))) > 0
+
+
+# ---------------------------------------------------------- exact resume
+
+
+def _coin(name):
+  """A verifier scoring 1 for a quarter of completions by a hash of (name,
+  completion): the tiny model earns no reward, and the buffer needs rows
+  of nonzero advantage."""
+  def fn(prompts, completions, answers):
+    del prompts, answers
+    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 4
+                  == 0) for c in completions]
+  return fn
+
+
+@pytest.mark.slow
+def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
+  """Crash after step 2's metrics (before its checkpoint), resume: the
+  state and every metric but timing equal a straight run's, bit for bit;
+  the buffer was in use when the run crashed."""
+  config = replay_config.get_config("tiny")
+  config.rewards.workers = 0
+  config.train.num_steps = 4
+  config.checkpoint.every = 2
+  config.metrics.tensorboard = False
+  config.metrics.plot = False
+  run = train.build(config)
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  zero = lambda prompts, completions, answers: [0.0] * len(completions)
+  pipeline = pipeline._replace(verifiers={
+      n: (_coin(n) if n == "accuracy" else zero, w)
+      for n, (_, w) in pipeline.verifiers.items()})
+  run = run._replace(rollout_fn=functools.partial(rollout.generate,
+                                                  pipeline=pipeline))
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  straight = train.train(config, a, run=run)
+
+  class Crash(Exception):
+    pass
+
+  def crash(step, record):
+    del record
+    if step == 2:
+      raise Crash()
+  with pytest.raises(Crash):
+    train.train(config, b, run=run, callback=crash)
+  testing.assert_close(train.train(config, b, run=run), straight,
+                       rtol=0, atol=0)
+  records = metrics.read(os.path.join(a, metrics.METRICS_FILE))
+  resumed = metrics.read(os.path.join(b, metrics.METRICS_FILE))
+  assert testing.without_timing(records) == testing.without_timing(resumed)
+  # The buffer was in use: rows were replayed at steps after the first.
+  assert max(rec.get("replay/rows_drawn", 0.0) for rec in records) > 0
