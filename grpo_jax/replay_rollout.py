@@ -68,16 +68,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
   p, g = pipeline.num_prompts, pipeline.sampler.num_generations
   t0 = time.perf_counter()
 
-  def draw(r):
-    examples = c["select"].select(
-        pipeline.task, step, r, p,
-        **{name: states[name] for name in c["select"].reads})
-    return rollout_lib.sample_round(
-        params, examples, jax.random.fold_in(key, r), pipeline=pipeline,
-        step=step)
-
-  groups_key = rollout_lib._GROUPS_KEY  # pylint: disable=protected-access
-  helpers = {"step": step, "key": jax.random.fold_in(key, groups_key)}
+  draw = rollout_lib.plain_draw(params, step, key, states, pipeline=pipeline)
+  helpers = {"step": step, "key": rollout_lib.groups_key(key)}
   selected, states["groups"] = c["groups"].apply(
       states["groups"], draw, p,
       **{name: helpers[name] for name in c["groups"].reads})

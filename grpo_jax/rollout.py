@@ -189,6 +189,29 @@ class Pipeline(NamedTuple):
 # ----------------------------------------------------------- one round
 
 
+def groups_key(key):
+  """The key of a group strategy's own draw (POPO's refill, the replay
+  buffers'), apart from every round's ``fold_in(key, r)``."""
+  return jax.random.fold_in(key, _GROUPS_KEY)
+
+
+def plain_draw(params, step: int, key, states, *, pipeline: Pipeline
+               ) -> Callable:
+  """``draw(r) -> Round``: round r of the step's selection, sampled with
+  ``fold_in(key, r)`` and scored; the draw of the step paths that carry no
+  shaper state or temperature rule (RePO's, the replay buffer's)."""
+  select = pipeline.components["select"]
+
+  def draw(r):
+    examples = select.select(pipeline.task, step, r, pipeline.num_prompts,
+                             **{name: states[name] for name in select.reads})
+    return sample_round(params, examples, jax.random.fold_in(key, r),
+                        pipeline=pipeline, step=step)
+  return draw
+
+
+
+
 def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
                    system_prompt: str = "") -> list:
   """Token id lists of the formatted prompts."""
@@ -489,7 +512,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   helpers = {"reference": lambda: _reference_fn(params, pipeline),
              # A stateful strategy's clock and its draw's own key.
              "step": lambda: step,
-             "key": lambda: jax.random.fold_in(key, _GROUPS_KEY),
+             "key": lambda: groups_key(key),
              # The step's prompts drawn again (GHPO's hints, AERO).
              "examples": lambda: examples, "resample": lambda: resample,
              "hint": lambda: functools.partial(

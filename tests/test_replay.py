@@ -4,10 +4,7 @@ mechanism acting, and an exact resume. The pure parts (the draw's
 probabilities, the buffer) are tested in tests/test_strategies_data.py and
 tests/test_buffer.py; expected values here are hand-derived."""
 
-import functools
-import hashlib
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +15,6 @@ from configs import popo as popo_config
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import measures
-from grpo_jax import metrics
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
@@ -315,17 +311,6 @@ def t_of(batch):
 # ---------------------------------------------------------- exact resume
 
 
-def _coin(name):
-  """A verifier scoring 1 for a quarter of completions by a hash of (name,
-  completion): the tiny model earns no reward, and POPO needs groups both
-  with and without variance."""
-  def fn(prompts, completions, answers):
-    del prompts, answers
-    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 4
-                  == 0) for c in completions]
-  return fn
-
-
 @pytest.mark.slow
 def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
   """Crash after step 2's metrics (before its checkpoint), resume: the
@@ -337,35 +322,10 @@ def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
   config.checkpoint.every = 2
   config.metrics.tensorboard = False
   config.metrics.plot = False
-  run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  # Accuracy by the coin, format 0: a quarter of the groups (all four
+  # Accuracy by the coin, format 0: a third of the groups (all four
   # members wrong: (3/4)^4) have no variance.
-  zero = lambda prompts, completions, answers: [0.0] * len(completions)
-  pipeline = pipeline._replace(verifiers={
-      n: (_coin(n) if n == "accuracy" else zero, w)
-      for n, (_, w) in pipeline.verifiers.items()})
-  run = run._replace(rollout_fn=functools.partial(rollout.generate,
-                                                  pipeline=pipeline))
-  a, b = str(tmp_path / "a"), str(tmp_path / "b")
-  straight = train.train(config, a, run=run)
-
-  class Crash(Exception):
-    pass
-
-  def crash(step, record):
-    del record
-    if step == 2:
-      raise Crash()
-  with pytest.raises(Crash):
-    train.train(config, b, run=run, callback=crash)
-  testing.assert_close(train.train(config, b, run=run), straight,
-                       rtol=0, atol=0)
-  records = metrics.read(os.path.join(a, metrics.METRICS_FILE))
-  resumed = metrics.read(os.path.join(b, metrics.METRICS_FILE))
-  assert testing.without_timing(records) == testing.without_timing(resumed)
-  assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+  run = testing.coin_accuracy(train.build(config))
+  _, records = testing.check_resume_is_exact(config, str(tmp_path), run=run)
   # The mechanism ran: groups stored, and refilled after step 0.
   assert records[1]["replay/buffer_fill"] > 0
   assert sum(r["replay/refilled_groups"] for r in records[1:]) > 0, records
-  assert bool(np.asarray(straight.states["groups"].groups.valid).any())

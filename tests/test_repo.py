@@ -5,10 +5,7 @@ step with the mechanism acting and an exact resume. The pure parts
 (`repo_retrieve`, `repo_advantages`, ...) are tested in
 tests/test_strategies_data.py; expected values here are hand-derived."""
 
-import functools
-import hashlib
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +17,6 @@ from grpo_jax import advantages as advantages_lib
 from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures
-from grpo_jax import metrics
 from grpo_jax import objectives
 from grpo_jax import repo_rollout
 from grpo_jax import rollout
@@ -348,14 +344,6 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
 # ---------------------------------------------------------- exact resume
 
 
-def _coin(name):
-  def fn(prompts, completions, answers):
-    del prompts, answers
-    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 4
-                  == 0) for c in completions]
-  return fn
-
-
 @pytest.mark.slow
 def test_a_crashed_run_resumes_exactly_with_its_cache(tmp_path):
   """Crash after step 2's metrics (before its checkpoint), resume: the
@@ -370,32 +358,7 @@ def test_a_crashed_run_resumes_exactly_with_its_cache(tmp_path):
   config.checkpoint.every = 2
   config.metrics.tensorboard = False
   config.metrics.plot = False
-  run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  zero = lambda prompts, completions, answers: [0.0] * len(completions)
-  pipeline = pipeline._replace(verifiers={
-      n: (_coin(n) if n == "accuracy" else zero, w)
-      for n, (_, w) in pipeline.verifiers.items()})
-  run = run._replace(rollout_fn=functools.partial(rollout.generate,
-                                                  pipeline=pipeline))
-  a, b = str(tmp_path / "a"), str(tmp_path / "b")
-  straight = train.train(config, a, run=run)
-
-  class Crash(Exception):
-    pass
-
-  def crash(step, record):
-    del record
-    if step == 2:
-      raise Crash()
-  with pytest.raises(Crash):
-    train.train(config, b, run=run, callback=crash)
-  testing.assert_close(train.train(config, b, run=run), straight,
-                       rtol=0, atol=0)
-  records = metrics.read(os.path.join(a, metrics.METRICS_FILE))
-  resumed = metrics.read(os.path.join(b, metrics.METRICS_FILE))
-  assert testing.without_timing(records) == testing.without_timing(resumed)
-  assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+  run = testing.coin_accuracy(train.build(config))
+  _, records = testing.check_resume_is_exact(config, str(tmp_path), run=run)
   assert records[0]["repo/replaying_groups"] == 0.0
   assert all(r["repo/replaying_groups"] == 1.0 for r in records[1:])
-  assert int(np.asarray(straight.states["groups"].size)[0]) == 8

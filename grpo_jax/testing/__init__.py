@@ -195,17 +195,40 @@ class _Crash(Exception):
   pass
 
 
-def check_resume_is_exact(config, workdir, *, crash_at: int = 2):
+def coin_accuracy(run):
+  """`run` (a `train.Run`) with its ``accuracy`` verifier replaced by a
+  coin (1 for a quarter of completions, by a hash of the completion) and
+  every other verifier by 0: the tiny model earns no reward, and a
+  replaying strategy needs groups with and without variance."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import hashlib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+
+  def coin(prompts, completions, answers):
+    del prompts, answers
+    return [float(hashlib.blake2b(c.encode()).digest()[0] % 4 == 0)
+            for c in completions]
+
+  zero = lambda prompts, completions, answers: [0.0] * len(completions)
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  pipeline = pipeline._replace(verifiers={
+      name: (coin if name == "accuracy" else zero, weight)
+      for name, (_, weight) in pipeline.verifiers.items()})
+  return run._replace(rollout_fn=functools.partial(rollout.generate,
+                                                   pipeline=pipeline))
+
+
+def check_resume_is_exact(config, workdir, *, crash_at: int = 2, run=None):
   """Trains `config` straight through in ``workdir/a``, and in ``workdir/b``
   crashes after step `crash_at`'s metrics (before its checkpoint) and
   resumes: the final states and every metric but timing are equal, bit for
-  bit, and each step is recorded once. Returns (the straight run's state,
-  its metric records)."""
+  bit, and each step is recorded once. `run` is ``train.build(config)``
+  unless given. Returns (the straight run's state, its metric records)."""
   import os  # pylint: disable=g-import-not-at-top
   from grpo_jax import metrics  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   a, b = os.path.join(workdir, "a"), os.path.join(workdir, "b")
-  run = train.build(config)
+  run = train.build(config) if run is None else run
   straight = train.train(config, a, run=run)
 
   def crash(step, record):
