@@ -607,18 +607,23 @@ def check_avspo(config, state, record):
 
 
 def check_spo(config, state, record):
-  """Two prompts x 2 samples were counted, each at its problem's slot; a
-  first visit forgets by rho_max (D = 0 under the KL-adaptive rho)."""
-  del record
+  """The offline pass set every training problem's tracker to N_init =
+  1 / (1 - rho_min) counts; then two prompts x 2 samples were counted at
+  their slots, a first visit forgetting by rho_max (D = 0 under the
+  KL-adaptive rho)."""
   options = config.advantage.kwargs
-  assert options.rho == "kl_adaptive"
+  assert options.rho == "kl_adaptive" and options.offline_init > 0
   tracker = state.states["advantage"]
   total = np.asarray(tracker.alpha + tracker.beta, np.float64)
   assert total.shape == (options.capacity,)
-  touched = total != 1.0
+  n_init = 1.0 / (1.0 - options.rho_min)
+  profiled = np.isclose(total, n_init, atol=1e-5)
+  touched = ~profiled & (total != 1.0)  # 1.0: a slot no problem reached
   assert 1 <= touched.sum() <= 2
+  assert profiled.sum() + touched.sum() == record["advantage/offline_problems"]
   testing.assert_close(total[touched].sum(),
-                       options.rho_max * touched.sum() + 4.0, atol=1e-5)
+                       (options.rho_max * n_init) * touched.sum() + 4.0,
+                       atol=1e-4)
 
 
 def check_riskpo(config, state, record):
