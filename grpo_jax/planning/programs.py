@@ -489,11 +489,11 @@ def budget_notes(config, training: Training) -> list:
   notes = [f"budget.name={budget.name!r}: groups are ragged within the "
            "N rows; the update and log-prob passes share no prompt per "
            "block (group_size 1)."]
-  if budget.name == "sgpo":
-    n = int(config.budget.kwargs.get("num_samples", 8))
-    notes.append(f"sGPO profiles every training problem ({n} completions "
-                 "each) once, at the first step, in calls of at most N "
-                 "rows; that pass is not compiled or counted here.")
+  if budget.profile_samples:
+    notes.append(f"{budget.name!r} profiles every training problem "
+                 f"({budget.profile_samples} completions each) once, at "
+                 "the first step, in calls of at most N rows; that pass is "
+                 "not compiled or counted here.")
   return notes
 
 

@@ -68,6 +68,8 @@ class Budget(NamedTuple):
     apply: ``apply(state, **helpers) -> (Plan, state)`` (`HELPERS`).
     picks_prompts: it chooses the step's prompts itself (sGPO's
       curriculum): the select stage must be ``uniform``.
+    profile_samples: completions of each training problem it samples at
+      the first step (sGPO's profiling pass); 0 = none.
   """
   name: str
   active: bool
@@ -75,6 +77,7 @@ class Budget(NamedTuple):
   init: Callable[[], Any]
   apply: Callable
   picks_prompts: bool = False
+  profile_samples: int = 0
 
 
 def make_budget(name: str, *, num_prompts: int, num_rows: int,
@@ -93,6 +96,8 @@ def make_budget(name: str, *, num_prompts: int, num_rows: int,
       name=name, active=entry.meta.get("active", True),
       width=int(entry.meta["width"](num_rows=num_rows, **options)),
       init=init, picks_prompts=entry.meta.get("picks_prompts", False),
+      profile_samples=int(entry.meta.get(
+          "profile_samples", lambda **_: 0)(**options)),
       apply=lambda state, **helpers: fn(
           state, num_prompts=num_prompts, num_rows=num_rows, **helpers))
 
@@ -430,6 +435,7 @@ def sgpo_schedule(sizes, order, cursor: int, *, num_prompts: int,
 @BUDGETS.register(
     state=sgpo_init, check=_check_sgpo, width=lambda g_max=8, **_: g_max,
     picks_prompts=True, paper="sGPO (seed 000 para. 9)",
+    profile_samples=lambda num_samples=8, **_: num_samples,
     prompt_ids=prompt_ids_lib.prompt_ids_option,
     examples=({}, {"num_samples": 2, "g_min": 1, "zero_keep_frac": 1.0},
               {"capacity": 2, "prompt_ids": "hash",
