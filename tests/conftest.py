@@ -1,6 +1,7 @@
 """Test-wide JAX settings: strict shapes, cheap compiles, float32 exactness."""
 
 import atexit
+import gc
 import os
 import shutil
 import tempfile
@@ -21,7 +22,23 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.hookimpl(trylast=True)  # after the file's fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+  """Drops jax's compiled programs after a test file's last test.
+
+  Each XLA:CPU executable holds memory mappings of its own: a suite worker
+  that kept every program it compiled reached 61k of the kernel's limit,
+  65530 (vm.max_map_count); past it an mmap fails and the worker dies, as
+  one did (a segfault) in a CI run. The persistent cache above makes a
+  program compiled again cheap.
+  """
+  if nextitem is None or nextitem.module is not item.module:
+    jax.clear_caches()
+    gc.collect()
