@@ -13,13 +13,14 @@ Paper's setup (verl's recipe/entropy scripts): GRPO advantages, clip_cov
 ratio 2e-4 with the band (1, 5), the PPO band widened to clip_ratio_low =
 clip_ratio_high = 1, token-mean, no KL, minibatch updates off policy. The
 draw is verl's (``randperm`` over the band's tokens, the first k): each
-token's uniform comes from the objective's key (its state, seed 0, a fresh
-key each optimiser step, checkpointed), so the minibatch is not split
-into microbatches (validation says so; clip_cov_rule="top", the highest
-covariances of the band, is the deterministic alternative that
-microbatches). Covariance and share are the minibatch's where verl uses
-its micro-batch. Scaled down: 8 prompts x 8 completions in 4 minibatches,
-so a minibatch of 16 rows drops one token or a few.
+token's uniform comes from the objective's key (its state, folded from
+the run's seed, a fresh key each optimiser step, checkpointed), so the
+minibatch is not split into microbatches (validation says so;
+clip_cov_rule="top", the highest covariances of the band, is the
+deterministic alternative that microbatches). Covariance and share are
+the minibatch's where verl uses its micro-batch. Scaled down: 8 prompts x
+8 completions in 4 minibatches, so a minibatch of 16 rows drops one token
+or a few.
 
 Command:
   python -m experiments.train --config=configs/clip_cov.py --workdir=runs/clip_cov
@@ -37,7 +38,7 @@ def get_config(arg=None):
   c.objective.name = "clip_cov"
   c.objective.kwargs = dict(clip_low=1.0, clip_high=1.0, clip_cov_ratio=2e-4,
                             clip_cov_lb=1.0, clip_cov_ub=5.0,
-                            clip_cov_rule="random", seed=0,
+                            clip_cov_rule="random",
                             aggregation="token_mean")
   c.kl.beta = 0.0
   c.train.num_minibatches = 4

@@ -35,7 +35,7 @@ from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
-from grpo_jax import train as train_lib
+from grpo_jax import saved_runs
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A configs/<variant>.py file (optional with --checkpoint).",
@@ -80,7 +80,7 @@ def main(argv):
   del argv
   config = _CONFIG.value
   if _CHECKPOINT.value:
-    _, config = train_lib.restore_config(_CHECKPOINT.value)
+    _, config = saved_runs.restore_config(_CHECKPOINT.value)
   if config is None:
     raise app.UsageError("give --config or --checkpoint.")
   config_lib.validate(config)

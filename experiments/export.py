@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 
 from grpo_jax import models
-from grpo_jax import train as train_lib
+from grpo_jax import saved_runs
 from grpo_jax.models import export
 
 _CHECKPOINT = flags.DEFINE_string(
@@ -32,7 +32,7 @@ _MAX_SHARD_GB = flags.DEFINE_float(
 def main(argv):
   del argv
   export.check_out_dir(_OUT.value)  # before anything is loaded
-  _, model_config, params, tokenizer, step = train_lib.restore_policy(
+  _, model_config, params, tokenizer, step = saved_runs.restore_policy(
       _CHECKPOINT.value, step=_STEP.value)
   out = models.save_hf_checkpoint(
       _OUT.value, params, model_config, tokenizer, dtype=_DTYPE.value,

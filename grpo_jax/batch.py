@@ -51,7 +51,7 @@ class Batch(NamedTuple):
     replayed: [N] float32, 1 on rows replayed from earlier steps (RePO's
       per-prompt cache, the rollout-level buffer), 0 on fresh rows; None
       when the step replays nothing. With a replay coefficient
-      (`train.make_loss_functions`) the loss aggregates the two parts
+      (`update.make_loss_functions`) the loss aggregates the two parts
       separately and the regularisers read only the fresh rows.
   """
   tokens: jnp.ndarray

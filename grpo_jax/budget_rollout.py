@@ -36,11 +36,12 @@ import time
 import jax
 import numpy as np
 
-from grpo_jax import batch as batch_lib
 from grpo_jax import groups as groups_lib
 from grpo_jax import profiling
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import rollout_fields
+from grpo_jax import rollout_measures
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax.strategies import ragged
@@ -112,7 +113,7 @@ def sample_rows(params, examples, sizes, num_rows: int, key, *,
       sampler_logp=np.asarray(out.tempered_logprobs, np.float32),
       token_entropies=np.asarray(out.entropies, np.float32),
       lengths=np.asarray(out.lengths), truncated=np.asarray(out.truncated),
-      entropies=rollout_lib._row_mean(out.entropies, mask),  # pylint: disable=protected-access
+      entropies=rollout_fields.row_mean(out.entropies, mask),
       rewards=verified, total=(verified * pipeline.weights).sum(-1),
       columns=pipeline.columns, errors=np.asarray(errors),
       scored=int(real.sum()))
@@ -191,14 +192,9 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
                                                      groups)
   adv = ragged.gather_rows(np.asarray(adv, np.float32), group)
   loss_mask = rows.mask * real[:, None]
-  credited, states["credit"] = c["credit"].apply(states["credit"], adv,
-                                                 loss_mask)
-  adv = np.asarray(credited.advantages)
-  if credited.mask is not None:
-    loss_mask = np.asarray(credited.mask, np.float32)
-  loss_mask, states["rows"] = c["rows"].apply(
-      states["rows"], loss_mask,
-      **{name: getattr(rows, name) for name in c["rows"].reads})
+  adv, loss_mask, _, states = rollout_lib.credit_and_rows(
+      c, states, adv, loss_mask,
+      row_reads={name: getattr(rows, name) for name in c["rows"].reads})
   batch = pipeline.assemble(
       params, ref_params, rows.prompt_tokens, rows.prompt_mask, rows.tokens,
       rows.mask, loss_mask, adv, sampler_logp=rows.sampler_logp)
@@ -215,14 +211,16 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
 def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
                   num_prompts: int, sampled=(), per_reward: bool = False
                   ) -> dict:
-  """The step's measurements, `rollout.describe`'s names defined alike.
+  """The step's measurements, `rollout_measures.describe`'s names defined
+  alike.
 
   Rewards, lengths, truncation and ``advantage/collapse_rate`` describe
   every row sampled and scored this step (`sampled`: each draw's rows, the
   step's prompt p being group p in every draw; Pilot-Commit's skipped
   pilots included), as the fixed path describes its plain sample; a row
   mean weights a prompt by the rows it drew. The advantage figures and
-  ``rollout/nonzero_gradient_share`` (`rollout.nonzero_gradient_share`)
+  ``rollout/nonzero_gradient_share``
+  (`rollout_measures.nonzero_gradient_share`)
   are over the trained real rows of `rows`; ``budget/reward/*`` and
   ``budget/collapse_rate`` are those rows' and groups' view."""
   group = np.asarray(rows.group)
@@ -249,10 +247,9 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
     has, drawn = signal(part)
     return float((drawn & ~has).sum() / max(int(drawn.sum()), 1))
 
-  row_adv = np.abs(np.asarray(adv))
-  if row_adv.ndim == 2:  # token advantages: each row's mean over its mask
-    row_adv = (row_adv * rows.mask).sum(-1) / np.maximum(
-        rows.mask.sum(-1), 1.0)
+  # |A| of each row; token advantages as the mean over its sampled tokens
+  # (in the batch's input mask: rows.mask).
+  row_adv = rollout_measures.row_abs_mean(adv, batch)
   lengths = np.asarray(every.lengths)
   m = {
       "reward/total": over(every.total, every_real),
@@ -264,8 +261,8 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
       "rollout/rounds": 1.0,
       "rollout/groups_with_signal": float(signal(rows)[0].mean()),
       "rollout/loss_tokens": float(np.asarray(batch.completion_mask).sum()),
-      "rollout/nonzero_gradient_share": rollout_lib.nonzero_gradient_share(
-          row_adv, real),
+      "rollout/nonzero_gradient_share":
+          rollout_measures.nonzero_gradient_share(row_adv, real),
       "reward/scored": float(every.scored),
       "budget/reward/total": over(rows.total, real),
       "budget/collapse_rate": collapse(rows),
@@ -276,10 +273,8 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
   for k, name in enumerate(rows.columns[:len(every.errors)]):
     m[f"reward_errors/{name}"] = float(every.errors[k])
   if batch.old_logp is not None:
-    mask = np.asarray(batch.input_mask)[:, -batch.old_logp.shape[1]:]
-    m["logprob/sampler_trainer_max_abs_diff"] = float(
-        batch_lib.sampler_mismatch(np.asarray(batch.old_logp),
-                                   np.asarray(batch.sampler_logp), mask))
+    m["logprob/sampler_trainer_max_abs_diff"] = (
+        rollout_measures.sampler_trainer_gap(batch))
   if "accuracy" in rows.columns:
     m["accuracy"] = m["reward/accuracy"]
   return m
@@ -340,7 +335,8 @@ def check_config(c) -> None:
          "reward", f"choose one of {', '.join(columns)}, or '' for "
          f"{columns[0]!r}")
   # budget.kwargs.capacity against the task's ids (any task, exact or
-  # hashed): `prompt_ids.check_config`, from config._check_tracker_stages.
+  # hashed): `prompt_ids.check_config`, from
+  # `stage_checks.check_tracker_stages`.
   if c.data.task == "segments":
     fail("data.task", f"'segments' cannot look a problem up by its index "
          f"({why})", "use data.task='arithmetic', 'gsm8k' or 'jsonl'")

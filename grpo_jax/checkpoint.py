@@ -126,7 +126,7 @@ class Checkpointer:
     return steps[-1] if steps else None
 
   def restore(self, template: Any, step: Optional[int] = None, *,
-              hints=()) -> tuple:
+              hints=(), initial=()) -> tuple:
     """Restores checkpoint `step` (default: the latest).
 
     Args:
@@ -135,6 +135,11 @@ class Checkpointer:
       step: which checkpoint; None for the latest.
       hints: (path prefix, text) pairs: a `StateMismatch` at an array under
         the prefix says the text too (the config field that sizes it).
+      initial: paths of entries (``"states/objective"``) that keep the
+        template's value, with a logged warning, when the checkpoint holds
+        no array there (written before that component kept state); an
+        entry the checkpoint holds arrays in is restored and checked as
+        any other.
 
     Returns:
       (state, metadata).
@@ -149,6 +154,12 @@ class Checkpointer:
       raise CorruptCheckpoint(
           f"checkpoint {step} in {self.directory} cannot be restored: "
           f"{_first_line(error)}") from error
+    given = template
+    # Entries that start from the template: restored as the checkpoint's
+    # empty ones, then put back.
+    fresh = _entries_without_arrays(template, stored, initial)
+    for path, empty in fresh.items():
+      template = _replace_at(template, path.split("/"), empty)
     self._check_same_state(step, stored, template, hints)
     full, template = template, _without_new_empty_entries(template, stored)
     abstract = jax.tree.map(_abstract, template)
@@ -163,8 +174,15 @@ class Checkpointer:
       raise CorruptCheckpoint(
           f"checkpoint {step} in {self.directory} cannot be restored: "
           f"{_first_line(error)}") from error
-    return (_with_entries_of(restored[STATE], full),
-            dict(restored[METADATA]))
+    state = _with_entries_of(restored[STATE], full)
+    for path in fresh:
+      logging.warning(
+          "checkpoint %s in %s holds no %s (written before that component "
+          "kept state): it starts from its initial state.", step,
+          self.directory, path)
+      state = _replace_at(state, path.split("/"),
+                          _entry_at(given, path.split("/")))
+    return state, dict(restored[METADATA])
 
   def _check_same_state(self, step: int, stored, template, hints=()
                         ) -> None:
@@ -186,11 +204,12 @@ class Checkpointer:
         raise StateMismatch(
             f"checkpoint {step} in {self.directory} {problem}: the config "
             "changed since the checkpoint was written. Resume with the "
-            "config it saved (experiments.evaluate and train.restore_config "
-            "read it), or train in a new --workdir.")
+            "config it saved (experiments.evaluate and "
+            "saved_runs.restore_config read it), or train in a new "
+            "--workdir.")
 
   def restore_newest(self, template: Any, *, on_corrupt: str = "error",
-                     hints=()) -> Optional[tuple]:
+                     hints=(), initial=()) -> Optional[tuple]:
     """(step, state, metadata) of the newest checkpoint, or None if none.
 
     A newest checkpoint that cannot be restored (twice: a passing storage
@@ -199,7 +218,8 @@ class Checkpointer:
     are moved to ``<directory>.corrupt/`` (on process 0) with a warning,
     and that one is restored. When none can be restored nothing is moved.
     On several processes a checkpoint counts as readable only if every
-    process read it, so all resume from the same one.
+    process read it, so all resume from the same one. `hints`, `initial`:
+    see `restore`.
 
     Raises:
       CorruptCheckpoint: as above.
@@ -213,7 +233,8 @@ class Checkpointer:
       restored, error = None, None
       for _ in range(2):
         try:
-          restored = self.restore(template, step, hints=hints)
+          restored = self.restore(template, step, hints=hints,
+                                  initial=initial)
           break
         except CorruptCheckpoint as e:
           error = e
@@ -318,6 +339,42 @@ def _with_entries_of(restored, full):
         f: _with_entries_of(getattr(restored, f), getattr(full, f))
         for f in full._fields})
   return restored
+
+
+def _entry_at(tree, keys):
+  """The node of `tree` (dicts, NamedTuples) at `keys`; None if absent."""
+  for key in keys:
+    if isinstance(tree, dict):
+      tree = tree.get(key)
+    elif hasattr(tree, "_fields"):
+      tree = getattr(tree, key, None)
+    else:
+      return None
+  return tree
+
+
+def _replace_at(tree, keys, value):
+  """`tree` with its node at `keys` (an existing path) set to `value`."""
+  if not keys:
+    return value
+  head, rest = keys[0], keys[1:]
+  if isinstance(tree, dict):
+    return {**tree, head: _replace_at(tree[head], rest, value)}
+  return tree._replace(**{head: _replace_at(getattr(tree, head), rest,
+                                            value)})
+
+
+def _entries_without_arrays(template, stored, paths) -> dict:
+  """{path: the checkpoint's empty node there, or () where it has none} for
+  each of `paths` where `template` holds arrays and checkpoint metadata
+  `stored` holds none."""
+  out = {}
+  for path in paths:
+    keys = path.split("/")
+    mine, theirs = _entry_at(template, keys), _entry_at(stored, keys)
+    if jax.tree.leaves(mine) and not jax.tree.leaves(theirs):
+      out[path] = () if theirs is None else theirs
+  return out
 
 
 def _leaf_shapes(tree) -> dict:

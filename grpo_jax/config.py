@@ -10,15 +10,13 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
 
-import functools
-import inspect
-import math
 import os
 
 import ml_collections
 
+from grpo_jax import config_errors
 from grpo_jax import data
-from grpo_jax import prompt_ids
+from grpo_jax import stage_checks
 
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
@@ -325,39 +323,19 @@ def finalize(c: ml_collections.ConfigDict, arg=None
   raise ValueError(f"config argument {arg!r} is unknown; use 'tiny' or none.")
 
 
-def _fail(field: str, problem: str, fix: str):
-  raise ValueError(f"config.{field}: {problem}; {fix}.")
-
-
-def _check_choice(field, value, choices):
-  if value not in choices:
-    _fail(field, f"{value!r} is unknown",
-          f"choose one of {', '.join(map(str, choices))}")
-
-
-def _check_component(field, make, name, kwargs):
-  """A stage component's own checks (its name, option names and values)
-  as a config error naming `field`."""
-  try:
-    return make(name, **kwargs)
-  except ValueError as e:
-    _fail(field, str(e).rstrip("."), f"see --config.{field}")
-
-
-def _positive(c, field, *, allow_zero=False):
-  value = c
-  for part in field.split("."):
-    value = value[part]
-  # NaN passes every comparison: name it rather than turn a term off.
-  if math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
-    bound = ">= 0" if allow_zero else "> 0"
-    _fail(field, f"{value!r} is not {bound}", f"set a value {bound}")
+# The error helpers shared by every check module (`config_errors`); the
+# checks across stages live in `stage_checks`, called from `validate`.
+_fail = config_errors.fail
+_check_choice = config_errors.check_choice
+_check_component = config_errors.check_component
+_positive = config_errors.positive
 
 
 def check_files(c) -> None:
   """Raises ValueError naming the field unless every file a training run
-  reads exists and is readable: the JSONL data, and a model name that reads
-  as a local path (an embedded name or a hub id `models.load` resolves and
+  reads exists and is readable: the JSONL data (each record parsed, with
+  its keys and id: `data.jsonl`), and a model name that reads as a local
+  path (an embedded name or a hub id `models.load` resolves and
   reports itself). `train.build` calls it; `validate` does not, so a config
   restored on another machine can still be planned or evaluated."""
   if c.data.task == "jsonl":
@@ -369,6 +347,10 @@ def check_files(c) -> None:
     if not os.access(path, os.R_OK):
       _fail("data.path", f"{c.data.path!r} is not readable",
             "fix its permissions")
+    try:  # a bad line, key or id fails here, before the model loads
+      data.jsonl(path)
+    except ValueError as e:
+      raise ValueError(f"config.data.path: {e}") from None
   name = c.model.name
   # "org/name" (one slash) is a hub id; "runs/x/export" and "./x" are paths.
   looks_local = (name.startswith((".", "/", "~")) or name.endswith(".gguf")
@@ -379,251 +361,14 @@ def check_files(c) -> None:
           "'smollm2-135m-instruct', 'tiny' or a hub id 'org/name'")
 
 
-def _option_values(fns, kwargs) -> dict:
-  """The keyword defaults of `fns`' signatures, overridden by `kwargs`."""
-  values = {}
-  for fn in fns:
-    for key, p in inspect.signature(fn).parameters.items():
-      if p.default is not inspect.Parameter.empty:
-        values[key] = p.default
-  values.update(kwargs)
-  return values
-
-
-def _check_estimator_sizes(c, advantages) -> None:
-  """Sizes an estimator's options must fit, before any compute: bundles of
-  questions (``bundle_size``, RiskPO) split the P prompts."""
-  name = c.advantage.name
-  spec = advantages.meta(name)["state"]
-  fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
-  options = _option_values(fns, dict(c.advantage.kwargs))
-  bundle = options.get("bundle_size")
-  if bundle is not None and c.rollout.num_prompts % bundle:
-    _fail("advantage.kwargs.bundle_size",
-          f"{bundle} does not divide rollout.num_prompts="
-          f"{c.rollout.num_prompts} (estimator {name!r} bundles the "
-          "prompts of a batch)",
-          "set a divisor of num_prompts, or change rollout.num_prompts")
-  if spec is not None and spec.offline is not None:  # SPO's offline_init
-    from grpo_jax.advantages import trackers  # pylint: disable=g-import-not-at-top
-    try:
-      trackers.check_offline_init(options.get("offline_init", 0),
-                                  options.get("rho_min", 0.875))
-    except ValueError as e:
-      _fail("advantage.kwargs.offline_init", str(e).rstrip("."),
-            "set --config.advantage.kwargs.offline_init=0 or n > 0")
-    if options.get("offline_init") and c.data.task == "segments":
-      _fail("data.task", "'segments' cannot look a problem up by its index "
-            "(advantage.kwargs.offline_init profiles every training "
-            "problem)", "use data.task='arithmetic', 'gsm8k' or 'jsonl', "
-            "or offline_init=0")
-  # A per-prompt table (``capacity``) against the task's ids: in
-  # `_check_tracker_stages` (`prompt_ids.check_config`).
-
-
-def _check_tracker_stages(c, advantages) -> None:
-  """What a selection that reads the estimator's state (SPO's prioritised
-  draw) and a group strategy that injects reference rows (EDGE-GRPO's
-  guided correction) need from the other stages, before any compute; the
-  registries' metadata says which entries these are."""
-  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
-  select = strategies.SELECTIONS.entry(c.select.name).meta
-  groups = strategies.GROUP_STRATEGIES.entry(c.groups.name).meta
-  by_state = "advantage" in select.get("reads", ())
-  references = "reference" in groups.get("reads", ())
-  if by_state:
-    state = advantages.make(c.advantage.name, **c.advantage.kwargs).init()
-    needs = select.get("needs", ())
-    if not all(hasattr(state, field) for field in needs):
-      _fail("select.name", f"{c.select.name!r} draws by the estimator's "
-            f"per-prompt tracker ({', '.join(needs)}), which "
-            f"advantage.name={c.advantage.name!r} does not keep",
-            "set --config.advantage.name=spo, or select.name=uniform")
-  if (by_state or references) and c.data.task == "segments":
-    _fail("data.task", "'segments' cannot look a problem up by its index "
-          f"(select {c.select.name!r}, groups {c.groups.name!r})",
-          "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
-  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
-  if "divergence" in meta["reads"] and (meta.get("prompt_ids")
-                                        or "exact") != "exact":
-    # The revisit memory keeps one response per slot (revisits.make).
-    _fail("advantage.kwargs.prompt_ids", f"{meta['prompt_ids']!r} lets ids "
-          "share a slot, and the revisit memory that measures "
-          f"{c.advantage.name!r}'s divergence would rescore another "
-          "prompt's stored response under this one",
-          "set prompt_ids='exact' (capacity above the task's largest id), "
-          "or rho='constant'")
-  # Per-prompt tables against the task's ids (exact or hashed, by each
-  # entry's ``prompt_ids`` metadata), distinct ids where a stage keys on
-  # them, and enough problems for a draw without replacement; any task.
-  prompt_ids.check_config(c, by_id=[
-      f"{stage} {name!r}" for stage, name, used in (
-          ("select", c.select.name, by_state),
-          ("groups", c.groups.name, references)) if used])
-  if not references:
-    return
-  if c.rewards.shapers:
-    _fail("rewards.shapers", "reference rows are scored by the verifiers "
-          f"alone (groups.name={c.groups.name!r})",
-          "remove the shapers, or use another group strategy")
-  if c.rollout.get("record_topk", 0):
-    _fail("rollout.record_topk", "a reference row has no sampler top-K "
-          f"(groups.name={c.groups.name!r})", "set rollout.record_topk=0")
-  if c.rollout.get("temperature_tau", 0.0):
-    _fail("rollout.temperature_tau", "a reference row has no sampling "
-          f"temperatures (groups.name={c.groups.name!r})",
-          "set rollout.temperature_tau=0")
-  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
-  stale = [f for f in reads if f == "answer_ids" or f.startswith("segment_")]
-  if stale:
-    _fail("groups.name", f"{c.groups.name!r} replaces rows, but estimator "
-          f"{c.advantage.name!r} reads GroupData.{stale[0]}, which is not "
-          "rebuilt for them", "choose another estimator or group strategy")
-
-
-def _check_resampled_stages(c, advantages) -> None:
-  """A group strategy that hints from worked solutions (metadata
-  ``solutions``: GHPO) needs a task that gives them; one that builds a
-  group from rows of several rounds (``moves_rows``: AERO) needs rows that
-  carry no member slot or group context. Keyed on registry metadata."""
-  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
-  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
-  name = c.groups.name
-  meta = strategies.GROUP_STRATEGIES.entry(name).meta
-  if meta.get("solutions") and not data.TASKS.entry(c.data.task).meta.get(
-      "solutions"):
-    with_solutions = [n for n in data.TASKS.names()
-                      if data.TASKS.entry(n).meta.get("solutions")]
-    _fail("data.task", f"{c.data.task!r} gives no worked reference solution "
-          f"(data.Example.solution), which groups.name={name!r} hints from",
-          f"set --config.data.task={' or '.join(with_solutions)}, or use "
-          "another group strategy")
-  if "resample" in meta.get("reads", ()) and advantages.meta(
-      c.advantage.name, **c.advantage.kwargs).get("state") is not None:
-    # (Stateful shapers fold in the plain round 0 alone: rollout.generate.)
-    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
-          f"fold in the groups groups.name={name!r} draws again (hinted or "
-          "rebuilt from extra draws), not the policy's plain sample",
-          "use a stateless estimator (grpo), or another group strategy")
-  if not meta.get("moves_rows"):
-    return
-  g = c.rollout.num_generations
-  max_group = c.groups.kwargs.get("max_group", 0)
-  if g < 2 or (max_group and max_group <= g):
-    _fail("groups.kwargs.max_group" if g >= 2 else "rollout.num_generations",
-          f"groups.name={name!r} grows groups of G={g} up to max_group="
-          f"{max_group or 'G x max_rounds'}, and needs G >= 2 and "
-          "max_group > G", "set num_generations >= 2 and max_group > "
-          "num_generations (or 0)")
-  if len(c.rollout.member_temperatures):
-    _fail("rollout.member_temperatures", f"groups.name={name!r} moves rows "
-          "between member slots, and each slot samples at its own "
-          "temperature", "set rollout.member_temperatures=()")
-  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
-  if "answer_ids" in reads:
-    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
-          f"answer_ids, numbered within one round's group, and "
-          f"groups.name={name!r} joins rows of several rounds",
-          "choose another estimator or group strategy")
-  for shaper in c.rewards.shapers:
-    if "group_size" in rewards.SHAPERS.entry(shaper).meta.get("reads", ()):
-      _fail(f"rewards.shapers.{shaper}", "forms statistics over each "
-            f"round's group, and groups.name={name!r} joins rows of several "
-            "rounds", "remove it, or use another group strategy")
-
-
-def _check_replay_stages(c, objective, advantages) -> None:
-  """A group strategy that refills groups from a buffer of earlier steps
-  (registry metadata ``replays``: POPO) trains them through an objective
-  that weighs each row by its own behaviour log-probs, and rebuilds only
-  the fields it stores."""
-  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
-  name = c.groups.name
-  if not strategies.GROUP_STRATEGIES.entry(name).meta.get("replays"):
-    return
-  if not objective.behaviour_weight:
-    _fail("objective.name", f"{c.objective.name!r} does not weigh rows by "
-          f"the behaviour policy's log-probs, which groups.name={name!r} "
-          "replays from earlier steps (stale rows would train as on-policy)",
-          "set --config.objective.name=decoupled_ppo (is_cap=2.0)")
-  if c.rollout.get("record_topk", 0):
-    _fail("rollout.record_topk", "a replayed group keeps no sampler top-K "
-          f"(groups.name={name!r})", "set rollout.record_topk=0")
-  if c.rollout.get("temperature_tau", 0.0):
-    _fail("rollout.temperature_tau", "a replayed group keeps no per-token "
-          f"temperatures (groups.name={name!r})",
-          "set rollout.temperature_tau=0")
-  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
-  stale = [f for f in meta["reads"] if f in ("answer_ids", "greedy_rewards",
-                                             "divergence")
-           or f.startswith("segment_")]
-  if stale:
-    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
-          f"{stale[0]}, which groups.name={name!r} does not store for a "
-          "replayed group", "use grpo, dr_grpo or rloo")
-  if meta.get("state") is not None:
-    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
-          "fold in a replayed group's rewards a second time "
-          f"(groups.name={name!r})", "use a stateless estimator (grpo)")
-
-
-def _check_corrections(c, objective) -> None:
-  """``corrections``: known names, each one's options (its own checks), and
-  whether the objective's loss takes their weights."""
-  from grpo_jax.objectives import corrections  # pylint: disable=g-import-not-at-top
-  if not isinstance(c.corrections, (dict, ml_collections.ConfigDict)):
-    _fail("corrections", f"{c.corrections!r} is not a mapping of names to "
-          "options", "e.g. --config.corrections='{\"tis\": {}}'")
-  known = corrections.names()
-  records = []
-  for name, options in c.corrections.items():
-    field = f"corrections.{name}"
-    if name not in known:
-      _fail(field, f"correction {name!r} is unknown",
-            f"choose from {', '.join(known)}")
-    if not isinstance(options, (dict, ml_collections.ConfigDict)):
-      _fail(field, f"{options!r} is not a mapping of options",
-            f"give {{}} for the defaults, e.g. --config.corrections="
-            f"'{{\"{name}\": {{}}}}'")
-    records.append(_check_component(field, corrections.make, name,
-                                    dict(options)))
-  try:
-    corrections.check_compatible(objective, records)
-  except ValueError as e:
-    _fail("corrections", str(e).rstrip("."),
-          "drop it from --config.corrections or change "
-          "--config.objective.name")
-
-
-def _check_credit(c, objective, advantages) -> None:
-  """A token credit rule against the estimator (a rule that reads the
-  rows' signs needs [N] advantages) and the objective (a sequence-level one
-  averages token advantages over each row, undoing the rule)."""
-  from grpo_jax import credit  # pylint: disable=g-import-not-at-top
-  name = c.credit.name
-  if credit.meta(name)["identity"]:
-    return
-  output = advantages.ESTIMATORS.entry(c.advantage.name).meta["output"]
-  if credit.meta(name)["row_advantages"] and output == "token":
-    _fail("credit.name", f"credit rule {name!r} needs one advantage per row, "
-          f"but estimator {c.advantage.name!r} gives token advantages",
-          "pick a group-level estimator (e.g. advantage.name=grpo) or "
-          "credit.name=uniform")
-  if objective.level == "sequence":
-    _fail("credit.name", f"credit rule {name!r} gives each token its own "
-          f"advantage, but objective {c.objective.name!r} is sequence-level "
-          "and averages them over each row", "pick a token-level objective "
-          "(e.g. objective.name=ppo_clip) or credit.name=uniform")
-
-
 def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises ValueError naming the field and the fix; returns `c` if valid.
 
   Called before any model is loaded or any function compiled.
   """
   # Late imports: configs stay importable without jax until validation.
-  from grpo_jax import advantages, credit, kl, objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import checkpoint, rewards, rollout, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax import advantages, kl, objectives  # pylint: disable=g-import-not-at-top
+  from grpo_jax import checkpoint, rewards, rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
@@ -714,77 +459,18 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       c.rewards.shapers, functions=tuple(c.rewards.functions),
       weights=tuple(c.rewards.weights), max_new_tokens=r.max_new_tokens)
 
-  for stage, known in (("select", strategies.SELECTIONS),
-                       ("groups", strategies.GROUP_STRATEGIES),
-                       ("credit", credit.CREDIT),
-                       ("rows", strategies.ROW_STRATEGIES)):
-    _check_choice(f"{stage}.name", c[stage].name, known.names())
-  groups = _check_component(
-      "groups.kwargs", functools.partial(strategies.make_group_strategy,
-                                         layout=rollout.group_layout(c)),
-      c.groups.name, c.groups.kwargs)
-  _check_component("select.kwargs", strategies.make_selection, c.select.name,
-                   dict(c.select.kwargs,
-                        rounds_per_step=groups.rounds_per_step))
-  # Option names and values, as config.credit.kwargs.<option>.
-  credit.check_options(c.credit.name, dict(c.credit.kwargs),
-                       field="config.credit.kwargs")
-  _check_component("credit.kwargs", credit.make, c.credit.name,
-                   c.credit.kwargs)
-  _check_component("rows.kwargs", strategies.make_row_strategy, c.rows.name,
-                   c.rows.kwargs)
   # The reward columns: the functions', then the shapers'.
   columns = tuple(c.rewards.functions) + tuple(c.rewards.shapers)
-  signal = c.groups.kwargs.get("signal_reward", "")
-  if signal and signal not in columns:
-    _fail("groups.kwargs.signal_reward", f"{signal!r} is not a configured "
-          "reward", f"choose one of {', '.join(columns)}, or '' for "
-          f"{columns[0]!r}")
+  stage_checks.check_sampling_stages(c, columns)
 
   _check_choice("advantage.name", c.advantage.name, advantages.names())
   _check_component("advantage.kwargs", advantages.make, c.advantage.name,
                    c.advantage.kwargs)
-  # The member filter's options against G' and the reward columns; one
-  # whose statistics are over the kept members needs an estimator that
-  # honours GroupData.members.
-  _check_choice("filter.name", c.filter.name,
-                strategies.MEMBER_FILTERS.names())
-  member_filter = _check_component(
-      "filter.kwargs", functools.partial(
-          strategies.make_member_filter, group_size=r.num_generations,
-          columns=columns), c.filter.name, c.filter.kwargs)
-  if (member_filter.statistics == "kept"
-      and not advantages.meta(c.advantage.name)["members"]):
-    _fail("advantage.name", f"{c.advantage.name!r} does not honour the kept "
-          f"members of filter {c.filter.name!r} (GroupData.members: its "
-          "mean and std over the kept subset)", "choose one that does: "
-          f"{', '.join(advantages.honouring_members())}")
-  # Group data only some tasks give: per-segment rewards (SD-GRPO).
-  segment_reads = [f for f in advantages.meta(c.advantage.name)["reads"]
-                   if f.startswith("segment_")]
-  if segment_reads and not data.TASKS.entry(c.data.task).meta.get(
-      "segments", False):
-    with_segments = [n for n in data.TASKS.names()
-                     if data.TASKS.entry(n).meta.get("segments", False)]
-    _fail("data.task", f"{c.data.task!r} gives no per-segment rewards, but "
-          f"advantage estimator {c.advantage.name!r} reads GroupData."
-          f"{segment_reads[0]}", "set --config.data.task="
-          f"{' or '.join(with_segments)} (problems of several parts, one "
-          "\\boxed{} answer each), or pick an estimator that reads no "
-          "segments")
-  # The estimator's needs (its reward domain, a number of reward columns)
-  # against the rewards' declared ranges: here, not in the jitted step.
-  try:
-    advantages.check_reward_columns(
-        c.advantage.name, dict(c.advantage.kwargs), columns=columns,
-        weights=tuple(c.rewards.weights) + tuple(
-            options["weight"] for options in c.rewards.shapers.values()),
-        ranges=rewards.column_ranges(c.rewards.functions, c.rewards.shapers))
-  except ValueError as e:
-    raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
-  _check_estimator_sizes(c, advantages)
-  _check_tracker_stages(c, advantages)
-  _check_resampled_stages(c, advantages)
+  stage_checks.check_member_filter(c, advantages, columns)
+  stage_checks.check_estimator_inputs(c, advantages, columns)
+  stage_checks.check_estimator_sizes(c, advantages)
+  stage_checks.check_tracker_stages(c, advantages)
+  stage_checks.check_resampled_stages(c, advantages)
   budget_rollout.check_config(c)  # the budget stage and what it carries
 
   _check_choice("objective.name", c.objective.name, objectives.names())
@@ -797,25 +483,12 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("objective.kwargs", str(e).rstrip("."),
           f"e.g. --config.objective.kwargs.horizon={r.max_new_tokens} for "
           "a constant normaliser")
-  _check_corrections(c, objective)
-  _check_credit(c, objective, advantages)
-  _check_replay_stages(c, objective, advantages)
+  stage_checks.check_corrections(c, objective)
+  stage_checks.check_credit(c, objective, advantages)
+  stage_checks.check_replay_stages(c, objective, advantages)
   repo_rollout.check_config(c, objective)  # RePO's G + K rows per group
   replay_rollout.check_config(c, objective)  # row replay's R stored rows
-  if "sampler_topk_logp" in objective.reads and not r.record_topk:
-    _fail("rollout.record_topk", f"is 0, but objective {c.objective.name!r} "
-          "reads the sampler's top-K log-probs (sampler_topk_ids, "
-          "sampler_topk_logp), which the run then does not record",
-          "set --config.rollout.record_topk=K > 0 (e.g. 20), or use a "
-          "binary form (objective.name=dppo)")
-  requires = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
-      "requires", ())
-  if "token_temperatures" in requires and not r.temperature_tau > 0:
-    _fail("rollout.temperature_tau", f"is {r.temperature_tau!r}, but "
-          f"objective {c.objective.name!r} needs the sampler's per-token "
-          "temperatures (HAPO samples each token at an entropy-adaptive "
-          "temperature), which the run then does not record",
-          "set --config.rollout.temperature_tau=0.05 (HAPO's)")
+  stage_checks.check_objective_inputs(c, objective)
   _positive(c, "entropy.coef", allow_zero=True)
   _positive(c, "llds.coef", allow_zero=True)
   _check_choice("llds.gate", c.llds.gate, regularisers.LLDS_GATES)
@@ -843,7 +516,6 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           f"{c.optimizer.final_lr_fraction!r} is outside [0, 1]",
           "set a fraction of the peak learning rate")
 
-  t = c.train
   _positive(c, "train.num_steps")
   _positive(c, "train.num_iterations")
   _positive(c, "train.num_minibatches")
@@ -853,37 +525,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not 0.0 < c.data.heldout_fraction < 1.0:
     _fail("data.heldout_fraction", f"{c.data.heldout_fraction!r} is not in (0, 1)",
           "hold out a share such as 0.2")
-  # RePO's groups carry K replay rows beside their G members.
-  extra = repo_rollout.extra_rows(c)
-  replayed = replay_rollout.replay_rows(c)  # row replay's R stored rows
-  rows = r.num_prompts * (r.num_generations + extra) + replayed
-  if rows % t.num_minibatches:
-    _fail("train.num_minibatches",
-          f"{t.num_minibatches} does not divide the N={rows} rows of a step "
-          f"(num_prompts * num_generations"
-          + (f", + {extra} replay rows per group" if extra else "")
-          + (f", + {replayed} replayed rows)" if replayed else ")"),
-          "choose a divisor of N")
-  minibatch = rows // t.num_minibatches
-  micro = t.microbatch_size or minibatch
-  if minibatch % micro:
-    _fail("train.microbatch_size",
-          f"{micro} does not divide the minibatch of {minibatch} rows",
-          "choose a divisor of the minibatch, or 0 for no accumulation")
-  # Clip-Cov's random draw keys each token by its place in the minibatch.
-  whole = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
-      "whole_minibatch", False)
-  if micro < minibatch and (whole(**dict(c.objective.kwargs))
-                            if callable(whole) else whole):
-    _fail("train.microbatch_size",
-          f"{micro} splits the minibatch of {minibatch} rows, but objective "
-          f"{c.objective.name!r} draws over the whole minibatch's tokens",
-          "set --config.train.microbatch_size=0, or "
-          "--config.objective.kwargs.clip_cov_rule=top")
-  if t.logprob_batch_size and rows % t.logprob_batch_size:
-    _fail("train.logprob_batch_size",
-          f"{t.logprob_batch_size} does not divide the N={rows} rows",
-          "choose a divisor of N, or 0 for all rows")
+  stage_checks.check_row_split(c)
 
   _positive(c, "checkpoint.every")
   _positive(c, "checkpoint.max_to_keep")

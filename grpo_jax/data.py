@@ -523,7 +523,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
 
 def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
           answer_key: Union[str, Sequence[str]] = "answer",
-          instruction: Optional[str] = None) -> List[Example]:
+          instruction: Optional[str] = None,
+          id_key: Optional[str] = prompt_ids.ID_KEY) -> List[Example]:
   """Examples from a JSON-lines file of objects; blank lines are skipped.
 
   Args:
@@ -535,12 +536,15 @@ def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
       ``\\boxed{}`` is its answer).
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.
+    id_key: the field of each record's id (`prompt_ids.record_ids`); None
+      numbers the records by their order, whatever fields they carry.
 
   Returns:
-    The examples in file order, each with its id (`prompt_ids.record_ids`:
-    the records' integer ``id`` fields, else their index). A missing file,
-    a malformed line or a missing key raises a ValueError naming the file,
-    the line number and the keys looked for.
+    The examples in file order, each with its id (the records' integer
+    ``id`` fields, or their index when no record has one). A missing file,
+    a malformed line, a missing key or an id that is not an integer >= 0
+    (or missing beside others) raises a ValueError naming the file, the
+    line number and the field.
   """
   name = os.fspath(path)
   keys = {"question_key": (question_key,) if isinstance(question_key, str)
@@ -548,7 +552,9 @@ def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
           "answer_key": (answer_key,) if isinstance(answer_key, str)
                         else tuple(answer_key)}
   lines = records.read_jsonl(name)
-  ids = prompt_ids.record_ids([record for _, record in lines])
+  ids = (prompt_ids.record_ids([record for _, record in lines], key=id_key,
+                               source=name, lines=[n for n, _ in lines])
+         if id_key else list(range(len(lines))))
   examples = []
   for (line_number, record), index in zip(lines, ids):
     found = {}

@@ -218,9 +218,11 @@ def _jsonl(path: str, *, question_key: str = "", answer_key: str = "") -> list:
         f"benchmark {path!r} is not {' or '.join(map(repr, BENCHMARKS))} "
         "and no such file exists; give one of those or the path to a JSONL "
         "file.")
+  # A benchmark's problems key no per-prompt state: numbered by their
+  # order, whatever id fields they carry ("2024-I-1").
   return data_lib.jsonl(
       path, question_key=question_key or data_lib.QUESTION_KEYS,
-      answer_key=answer_key or data_lib.ANSWER_KEYS)
+      answer_key=answer_key or data_lib.ANSWER_KEYS, id_key=None)
 
 
 # name -> ``fn(config, num_problems, **options) -> examples``; any other
@@ -416,11 +418,12 @@ def policy_to_evaluate(config, checkpoint: Optional[str] = None):
   """(model_config, params, tokenizer, step): the config's base model as
   training loads it (`train.load_policy`: revision, dtype), or with
   `checkpoint` (a training workdir) the policy of its latest checkpoint
-  (`train.restore_policy`, which reads the run's own config)."""
+  (`saved_runs.restore_policy`, which reads the run's own config)."""
   # Imported here: train imports this module (evaluation during training).
+  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   if checkpoint:
-    _, model_config, params, tokenizer, step = train.restore_policy(
+    _, model_config, params, tokenizer, step = saved_runs.restore_policy(
         checkpoint)
     return model_config, params, tokenizer, int(step)
   model_config, params, frozen, tokenizer = train.load_policy(config)

@@ -8,13 +8,12 @@ compute, naming the field and the fix (``why`` says which path refuses).
 """
 
 from grpo_jax import advantages
+from grpo_jax import config_errors
 from grpo_jax import credit
 from grpo_jax import objectives
 from grpo_jax import strategies
 
-
-def fail(field: str, problem: str, fix: str):
-  raise ValueError(f"config.{field}: {problem}; {fix}.")
+fail = config_errors.fail  # the paths' check_config use it as path_checks.fail
 
 
 def check_estimator_reads(c, why: str, filled) -> None:
@@ -25,6 +24,13 @@ def check_estimator_reads(c, why: str, filled) -> None:
     fail("advantage.name", f"estimator {c.advantage.name!r} reads "
          f"GroupData.{extra[0]}, which {why} does not fill",
          "use grpo, dr_grpo or rloo")
+
+
+def check_fixed_budget(c, why: str) -> None:
+  """The budget stage is off (``fixed``): the path's groups are not ragged."""
+  if c.get("budget", {}).get("name", "fixed") != "fixed":
+    fail("budget.name", f"{c.budget.name!r} draws ragged groups, which "
+         f"{why} does not combine with", "set --config.budget.name=fixed")
 
 
 def check_plain_stages(c, why: str, *, rows: bool = True,

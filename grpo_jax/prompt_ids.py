@@ -9,8 +9,8 @@ processes or a resumed run:
 | ``arithmetic`` | its place in the enumeration of the problem space        |
 | ``segments``  | likewise (problems of fewer parts first)                  |
 | ``gsm8k``     | the record's index in its split                           |
-| ``jsonl``     | the record's integer ``id`` field when every record has  |
-|               | one, else its index among the file's records              |
+| ``jsonl``     | the record's integer ``id`` field, or its index among    |
+|               | the file's records when no record has the field           |
 
 A per-prompt table (SPO's Beta tracker and its revisit memory, HAPO's length
 history, Knapsack-RL's success tracker, sGPO's profile) has a configured
@@ -26,11 +26,16 @@ history, Knapsack-RL's success tracker, sGPO's profile) has a configured
 The two agree wherever exact is allowed (every id below the capacity).
 A table or a lookup by id (the prioritised draw, reference rows) needs the
 ids to be distinct: a JSONL file with a repeated ``id`` is a build error.
+So is an ``id`` that is not an integer >= 0 (``"a-1"``, ``3.5``, ``true``),
+or one some records lack: silently numbering such a file by position would
+key per-prompt state on ids the file does not say (`record_ids`).
 """
 
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+
+from grpo_jax import registry
 
 MODES = ("exact", "hash")
 
@@ -44,9 +49,22 @@ ID_KEY = "id"
 
 def check_mode(mode: str) -> None:
   if mode not in MODES:
-    raise ValueError(f"prompt_ids={mode!r} is unknown; choose one of "
-                     f"{', '.join(MODES)} (exact: one slot per id, hash: ids "
-                     "folded into the table).")
+    raise registry.OptionError(
+        "prompt_ids", f"prompt_ids={mode!r} is unknown; choose one of "
+        f"{', '.join(MODES)} (exact: one slot per id, hash: ids folded into "
+        "the table).")
+
+
+def check_capacity(capacity) -> None:
+  """`registry.OptionError` unless a table's ``capacity`` is an integer
+  >= 1 (an exact table's fit to the task's ids is `check_config`'s)."""
+  if isinstance(capacity, bool) or not isinstance(capacity, int) \
+      or capacity < 1:
+    raise registry.OptionError(
+        "capacity", f"capacity={capacity!r} must be an integer >= 1 (one "
+        "slot per problem of the task, data.Example.index); set the task's "
+        "number of problems or more, or prompt_ids='hash' to fold the ids "
+        "into fewer slots.")
 
 
 def slots(prompt_index, capacity: int, mode: str = "exact", *, xp=np):
@@ -66,16 +84,36 @@ def slots(prompt_index, capacity: int, mode: str = "exact", *, xp=np):
   return slot.astype(xp.int32), tracked
 
 
-def record_ids(records: Sequence[dict], *, key: str = ID_KEY) -> list:
-  """The id of each JSONL record: its integer `key` field when every record
-  has one (an int >= 0, or a string of digits), else its index."""
+def record_ids(records: Sequence[dict], *, key: str = ID_KEY,
+               source: str = "records",
+               lines: Optional[Sequence[int]] = None) -> list:
+  """The id of each JSONL record: its `key` field (an int >= 0, or a string
+  of ASCII digits), or its index among the records when no record has the
+  field. A value of another kind (a string such as "a-1", a float, a bool,
+  a negative number, null), or a field some records lack, is a ValueError
+  naming `source`, the record's line (`lines`, 1-based; default its
+  position) and the fix: integer ids, or no id field at all.
+  (The ``hash`` mode folds integer ids; it does not take strings.)"""
+  lines = list(range(1, len(records) + 1)) if lines is None else list(lines)
+  present = [key in record for record in records]
+  if not any(present):
+    return list(range(len(records)))
+  fix = (f"give every record an integer {key!r} >= 0, or drop (or rename) "
+         f"the {key!r} field in every record to number the records by "
+         "their order in the file.")
   ids = []
-  for record in records:
-    value = record.get(key)
-    if isinstance(value, str) and value.isdigit():
+  for record, line, has in zip(records, lines, present):
+    if not has:
+      raise ValueError(
+          f"{source}:{line}: has no {key!r} field, but the record on line "
+          f"{lines[present.index(True)]} has one; {fix}")
+    value = record[key]
+    if isinstance(value, str) and value.isascii() and value.isdigit():
       value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-      return list(range(len(records)))
+      raise ValueError(
+          f"{source}:{line}: {key!r} is {record[key]!r}, not an integer "
+          f">= 0 (a problem's id keys its per-prompt state); {fix}")
     ids.append(value)
   return ids
 
@@ -121,7 +159,7 @@ def id_space(data_config, *, seed: int = 0) -> Optional[IdSpace]:
   if task == "gsm8k":
     return IdSpace(bound=GSM8K_TRAIN_SIZE, count=GSM8K_TRAIN_SIZE,
                    source="data.task='gsm8k' (its train split)")
-  if task == "jsonl":
+  if task == "jsonl":  # the file's own errors (a line, a key, an id) raise
     built = data.make_task(data_config, seed=seed)
     ids = [e.index for e in built.train_examples]
     return IdSpace(bound=max(ids) + 1, count=len(ids),
@@ -222,7 +260,11 @@ def check_config(c, *, by_id: Sequence[str] = ()) -> None:
   users = [t.component for t in tables] + list(by_id)
   if not users and not draws:
     return
-  ids = id_space(c.data, seed=c.seed)
+  try:
+    ids = id_space(c.data, seed=c.seed)
+  except ValueError as e:  # a JSONL file's line, key or id: name the field
+    field = "data.path" if c.data.task == "jsonl" else "data.task"
+    raise ValueError(f"config.{field}: {e}") from None
   if ids is None:
     return
   if users and ids.duplicates:

@@ -14,12 +14,22 @@ message for an unknown name, and `check_options(name, options)` gives one
 error for an option the entry does not take. `entry(name)` has the metadata
 and the example keyword arguments the contract suites run each entry with.
 `scoped()` undoes registrations made inside it (toy entries in tests and
-notebooks leave the registry as it was).
+notebooks leave the registry as it was). An entry whose metadata declares
+``check(**options)`` has its option values checked by `check_values`: a bad
+one is an `OptionError` naming the option.
 """
 
 import contextlib
 import inspect
 from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Tuple
+
+
+class OptionError(ValueError):
+  """A bad option value; `key` names the option."""
+
+  def __init__(self, key: str, message: str):
+    super().__init__(message)
+    self.key = key
 
 
 class Entry(NamedTuple):
@@ -117,6 +127,21 @@ class Registry:
         raise ValueError(
             f"{where}{self.kind} {name!r} takes no option {key!r}; use one of "
             f"{', '.join(allowed) or '(none)'}.")
+
+  def check_values(self, name: str, options: Mapping[str, Any], *,
+                   field: str = "") -> None:
+    """Runs `name`'s metadata ``check(**options)``, if it declares one; an
+    `OptionError` it raises is re-raised as ``<field>.<option>: ...``.
+    (Only for kinds whose ``check`` takes the options alone: credit rules,
+    advantage estimators.)"""
+    check = self.entry(name).meta.get("check")
+    if check is None:
+      return
+    try:
+      check(**options)
+    except OptionError as e:
+      raise OptionError(e.key, f"{field}.{e.key}: {e}" if field else str(e)
+                        ) from None
 
   @contextlib.contextmanager
   def scoped(self):

@@ -32,7 +32,7 @@ field): budgets, reward shapers, member filters, non-identity credit
 rules, row strategies reading round fields, per-member temperatures,
 HAPO's entropy_hat, whole-minibatch objectives, token-level estimators and
 estimators reading fields beyond rewards, lengths, log-probs, entropies and
-prompt ids (`config._check_replay_stages` adds: top-K, per-token
+prompt ids (`stage_checks.check_replay_stages` adds: top-K, per-token
 temperatures, stateful estimators).
 """
 
@@ -44,6 +44,7 @@ import numpy as np
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import rollout_measures
 from grpo_jax import sampling
 from grpo_jax import strategies
 from grpo_jax.strategies import row_replay
@@ -68,11 +69,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
   p, g = pipeline.num_prompts, pipeline.sampler.num_generations
   t0 = time.perf_counter()
 
-  draw = rollout_lib.plain_draw(params, step, key, states, pipeline=pipeline)
-  helpers = {"step": step, "key": rollout_lib.groups_key(key)}
-  selected, states["groups"] = c["groups"].apply(
-      states["groups"], draw, p,
-      **{name: helpers[name] for name in c["groups"].reads})
+  selected, states["groups"] = rollout_lib.plain_selection(
+      params, step, key, states, pipeline=pipeline)
   rnd, rep = selected.rounds[0], selected.replay
   rec, drawn = rep.records, np.asarray(rep.drawn, bool)
   t1 = time.perf_counter()
@@ -104,13 +102,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
       np.asarray(rec.behaviour_logp, np.float32) * drawn[:, None]])
   replayed = np.concatenate([np.zeros(n), np.ones(drawn.shape[0])]
                             ).astype(np.float32)
-  credited, states["credit"] = c["credit"].apply(states["credit"], adv,
-                                                 sample_mask)
-  adv = np.asarray(credited.advantages)
-  loss_mask = sample_mask
-  if credited.mask is not None:
-    loss_mask = np.asarray(credited.mask, np.float32)
-  loss_mask, states["rows"] = c["rows"].apply(states["rows"], loss_mask)
+  adv, loss_mask, _, states = rollout_lib.credit_and_rows(c, states, adv,
+                                                         sample_mask)
   # One prompt per row; an unfilled replay slot borrows the first prompt.
   prompts = [rnd.prompt_ids[i // g] for i in range(n)] + [
       _prompt_ids(rec, j) if drawn[j] else rnd.prompt_ids[0]
@@ -133,13 +126,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
       jnp.asarray(keep))
   t2 = time.perf_counter()
 
-  # The round's own measurements on its fresh rows (the plain sample).
-  fresh_batch = jax.tree.map(
-      lambda x: None if x is None else np.asarray(x)[:n], batch)
-  measurements = rollout_lib.describe(selected, adv[:n], fresh_batch,
-                                      pipeline, estimator=c["advantage"])
-  measurements["rollout/loss_tokens"] = float(
-      np.asarray(batch.completion_mask).sum())
+  measurements = rollout_measures.describe_fresh(
+      selected, adv, batch, pipeline, estimator=c["advantage"])
   measurements.update(selected.measurements or {})
   measurements["replay/buffer_fill"] = float(
       np.asarray(states["groups"].valid).mean())
@@ -161,15 +149,13 @@ def check_config(c, objective) -> None:
   strategy, when it replays rows (``replay_rows``: ``replay``), can run:
   every other stage is one this path carries (see the module doc). Called
   by `config.validate` before any compute (the strategy's option checks
-  and `config._check_replay_stages` ran before)."""
+  and `stage_checks.check_replay_stages` ran before)."""
   from grpo_jax import advantages, path_checks  # pylint: disable=g-import-not-at-top
   if not replay_rows(c):
     return
   why = f"groups.name={c.groups.name!r} appends replayed rows to the batch"
   fail = path_checks.fail
-  if c.get("budget", {}).get("name", "fixed") != "fixed":
-    fail("budget.name", f"{c.budget.name!r} draws ragged groups, which "
-         f"{why} does not combine with", "set --config.budget.name=fixed")
+  path_checks.check_fixed_budget(c, why)
   if advantages.meta(c.advantage.name,
                      **c.advantage.kwargs)["output"] != "group":
     fail("advantage.name", f"estimator {c.advantage.name!r} gives token-"

@@ -22,7 +22,7 @@ and returns the replayed rows (`strategies.repo.ReplayRows`, [P, K]); then:
             by min(pi_old / mu, C); config.validate requires an objective
             that weighs by the behaviour policy.
   loss      ``Batch.replayed`` marks the replay rows; the update
-            (`train.make_loss_functions`, replay_coef = off_policy_coef)
+            (`update.make_loss_functions`, replay_coef = off_policy_coef)
             aggregates fresh and replayed rows apart, L = agg(fresh) +
             c_off * agg(replayed), and the regularisers (KL) read the fresh
             rows only.
@@ -50,6 +50,7 @@ import numpy as np
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import rollout_measures
 from grpo_jax import sampling
 from grpo_jax import strategies
 
@@ -62,7 +63,7 @@ def extra_rows(config) -> int:
 
 
 def replay_coef(config):
-  """c_off of the update's split loss (`train.make_loss_functions`), or
+  """c_off of the update's split loss (`update.make_loss_functions`), or
   None when the group strategy adds no replayed rows."""
   if not extra_rows(config):
     return None
@@ -113,11 +114,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
   p, g = pipeline.num_prompts, pipeline.sampler.num_generations
   t0 = time.perf_counter()
 
-  draw = rollout_lib.plain_draw(params, step, key, states, pipeline=pipeline)
-  helpers = {"step": step, "key": rollout_lib.groups_key(key)}
-  selected, states["groups"] = c["groups"].apply(
-      states["groups"], draw, p,
-      **{name: helpers[name] for name in c["groups"].reads})
+  selected, states["groups"] = rollout_lib.plain_selection(
+      params, step, key, states, pipeline=pipeline)
   rnd, rep = selected.rounds[0], selected.replay
   k = rep.valid.shape[1]
   w = g + k
@@ -142,13 +140,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
   sample_mask = rows(on_mask, off_mask)
   adv = rows(adv_on, adv_off)
   replayed = np.tile(np.arange(w) >= g, p).astype(np.float32)
-  credited, states["credit"] = c["credit"].apply(states["credit"], adv,
-                                                 sample_mask)
-  adv = np.asarray(credited.advantages)
-  loss_mask = sample_mask
-  if credited.mask is not None:
-    loss_mask = np.asarray(credited.mask, np.float32)
-  loss_mask, states["rows"] = c["rows"].apply(states["rows"], loss_mask)
+  adv, loss_mask, _, states = rollout_lib.credit_and_rows(c, states, adv,
+                                                         sample_mask)
   prompt_tokens, prompt_mask = sampling.pad_prompts(
       rnd.prompt_ids, buckets=pipeline.sampler.prompt_buckets,
       pad_id=pipeline.sampler.pad_id)
@@ -160,13 +153,8 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
 
-  # The round's own measurements on its fresh rows (the plain sample).
-  fresh = np.flatnonzero(replayed == 0)
-  fresh_batch = jax.tree.map(lambda x: np.asarray(x)[fresh], batch)
-  measurements = rollout_lib.describe(selected, adv[fresh], fresh_batch,
-                                      pipeline, estimator=c["advantage"])
-  measurements["rollout/loss_tokens"] = float(
-      np.asarray(batch.completion_mask).sum())
+  measurements = rollout_measures.describe_fresh(
+      selected, adv, batch, pipeline, estimator=c["advantage"])
   off_valid = np.asarray(rep.valid, bool)
   measurements["repo/advantage_abs_mean_replayed"] = float(
       np.abs(adv_off)[off_valid].mean()) if off_valid.any() else 0.0
@@ -196,9 +184,7 @@ def check_config(c, objective) -> None:
   name = c.groups.name
   why = f"groups.name={name!r} adds replayed rows to each group"
   fail = path_checks.fail
-  if c.get("budget", {}).get("name", "fixed") != "fixed":
-    fail("budget.name", f"{c.budget.name!r} draws ragged groups, which "
-         f"{why} does not combine with", "set --config.budget.name=fixed")
+  path_checks.check_fixed_budget(c, why)
   meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
   if not meta["members"] or meta["output"] != "group" or meta["input"] != \
       "PG":

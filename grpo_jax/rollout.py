@@ -1,7 +1,8 @@
 """One step's batch as a pipeline of stages (orchestration only).
 
-Each stage is a component built once from the config (`make_components`)
-and called here in order; what a stage computes lives in its own package:
+Each stage is a component built once from the config
+(`rollout_build.make_components`) and called here in order; what a stage
+computes lives in its own package:
 
   select    prompts of a sampling round          strategies.select
   sample    tokens, mask, sampler logp [N, T]    sampling.sample
@@ -24,6 +25,11 @@ of step s samples with ``fold_in(key, r)`` (the caller folds in the step)
 and reads prompt index ``s * rounds_per_step + r``, so a resumed run
 continues exactly.
 
+Beside it: `rollout_build` (the components, `from_config`),
+`rollout_fields` (what the stages read of the rounds), `rollout_measures`
+(the step's measurements), and the steps whose rows are not P x G groups
+(`budget_rollout`, `repo_rollout`, `replay_rollout`).
+
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
 
@@ -41,7 +47,6 @@ on one global mesh, and every process builds the same step:
 """
 
 import functools
-import inspect
 import time
 from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence,
                     Tuple)
@@ -50,21 +55,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import advantages as advantages_lib
-from grpo_jax import batch as batch_lib
 from grpo_jax import credit as credit_lib
-from grpo_jax import data
 from grpo_jax import entropy_norm
 from grpo_jax import groups as groups_lib
 from grpo_jax import models
 from grpo_jax import references as references_lib
 from grpo_jax import revisits as revisits_lib
 from grpo_jax import rewards as rewards_lib
+from grpo_jax import rollout_fields as fields_lib
+from grpo_jax import rollout_measures
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import strategies
 from grpo_jax.rewards import shaping as shaping_lib
-from grpo_jax.rewards import verifiers as verifiers_lib
 
 # The stage components whose state the rollout carries, by state name.
 STAGES = ("select", "shape", "groups", "advantage", "credit", "rows",
@@ -118,7 +121,8 @@ _GROUPS_KEY = 0x9A0
 # Folded into step 0's key for an estimator's offline pass (SPO's
 # offline_init); its sampler calls use fold_in(that key, call number).
 _OFFLINE_KEY = 0x0FF1
-# The GroupData fields `_segments` fills, for an estimator that reads them.
+# The GroupData fields `rollout_fields.segments` fills, for an estimator
+# that reads them.
 SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
 # The Round (and Batch) fields of the sampler's top-K, when recorded.
 TOPK_FIELDS = ("sampler_topk_ids", "sampler_topk_logp")
@@ -142,7 +146,7 @@ class Sampler(NamedTuple):
 
 
 class Pipeline(NamedTuple):
-  """Everything `generate` needs, bound once by `from_config`.
+  """Everything `generate` needs, bound once by `rollout_build.from_config`.
 
   Attributes:
     num_prompts: P, the groups of a batch.
@@ -195,21 +199,25 @@ def groups_key(key):
   return jax.random.fold_in(key, _GROUPS_KEY)
 
 
-def plain_draw(params, step: int, key, states, *, pipeline: Pipeline
-               ) -> Callable:
-  """``draw(r) -> Round``: round r of the step's selection, sampled with
-  ``fold_in(key, r)`` and scored; the draw of the step paths that carry no
-  shaper state or temperature rule (RePO's, the replay buffer's)."""
-  select = pipeline.components["select"]
+def plain_selection(params, step: int, key, states, *, pipeline: Pipeline
+                    ) -> Tuple[strategies.Selected, Any]:
+  """(Selected, the group strategy's new state) of a step path whose rounds
+  carry no shaper state or temperature rule (RePO's, the replay buffer's):
+  the strategy's ``draw(r)`` is round r of the step's selection, sampled
+  with ``fold_in(key, r)`` and scored, and it may read the helpers
+  ``step`` and ``key`` (`groups_key`)."""
+  c = pipeline.components
 
   def draw(r):
-    examples = select.select(pipeline.task, step, r, pipeline.num_prompts,
-                             **{name: states[name] for name in select.reads})
+    examples = c["select"].select(
+        pipeline.task, step, r, pipeline.num_prompts,
+        **{name: states[name] for name in c["select"].reads})
     return sample_round(params, examples, jax.random.fold_in(key, r),
                         pipeline=pipeline, step=step)
-  return draw
-
-
+  helpers = {"step": step, "key": groups_key(key)}
+  return c["groups"].apply(
+      states["groups"], draw, pipeline.num_prompts,
+      **{name: helpers[name] for name in c["groups"].reads})
 
 
 def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
@@ -281,10 +289,11 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
   if "answer_ids" in pipeline.components["advantage"].reads:
     # A member's class is the first member with its answer, never a later
     # row: the greedy row changes no sampled member's id.
-    answer_ids = _answer_ids(pipeline, out, w)[:, :g]
+    answer_ids = fields_lib.answer_ids(decode_completions(
+        pipeline.tokenizer, out.tokens, out.lengths), w)[:, :g]
   segments = {}
   if "segment_rewards" in pipeline.components["advantage"].reads:
-    segments = _segments(pipeline, examples, out, w)
+    segments = fields_lib.segments(pipeline, examples, out, w)
   shaped, shape_errors = shaping_lib.shape_columns(
       pipeline.shapers, shape_states or {}, shaping_lib.RoundData(
           lengths=np.asarray(out.lengths),
@@ -314,7 +323,7 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
       lengths=grouped(out.lengths), truncated=grouped(out.truncated),
       sampler_logp=grouped(out.tempered_logprobs),
       rewards=rewards[:, :g], columns=pipeline.columns, errors=errors,
-      entropies=grouped(_row_mean(entropies, out.mask)),
+      entropies=grouped(fields_lib.row_mean(entropies, out.mask)),
       token_entropies=grouped(np.asarray(entropies, np.float32)),
       prompt_index=np.asarray([e.index for e in examples], np.int32),
       answer_ids=answer_ids,
@@ -331,92 +340,6 @@ def member_temperatures(sampler: Sampler, *, greedy_row: bool = False
   members = (list(sampler.member_temperatures)
              or [sampler.temperature] * sampler.num_generations)
   return np.asarray(members + [0.0] * greedy_row, np.float32)
-
-
-def _row_mean(values, mask) -> np.ndarray:
-  """[N] mean of [N, T] values over each row's mask; 0 for an empty row."""
-  values, mask = np.asarray(values, np.float32), np.asarray(mask, np.float32)
-  return (values * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0)
-
-
-def _answer_ids(pipeline: Pipeline, out, g: int) -> np.ndarray:
-  """[P, G] int32 answer classes of every group (`verifiers.answer_classes`);
-  in this process: parsing is quick next to the verifiers' work."""
-  texts = decode_completions(pipeline.tokenizer, out.tokens, out.lengths)
-  return np.asarray([verifiers_lib.answer_classes(texts[i:i + g])
-                     for i in range(0, len(texts), g)], np.int32)
-
-
-def _segments(pipeline: Pipeline, examples, out, w: int) -> dict:
-  """SD-GRPO's `SEGMENT_FIELDS` of the G members of each prompt (of `w`
-  rows each), S the task's ``max_segments``: each box's reward
-  (`verifiers.segment_scores`) and the tokens each segment owns
-  (`verifiers.segment_token_ids`, by decoding prefixes, so any tokenizer
-  works); in this process, like `_answer_ids`."""
-  s, g = pipeline.sampler, pipeline.sampler.num_generations
-  num_segments = getattr(pipeline.task, "max_segments", 0)
-  if not num_segments:
-    raise ValueError(
-        "the advantage estimator reads GroupData.segment_rewards, but the "
-        "task has no segments; set --config.data.task=segments")
-  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-  rewards, valid, ids = [], [], []
-  for row in range(len(examples) * w):
-    if row % w >= g:
-      continue  # ReMax's greedy row: scored, never trained on
-    n = int(lengths[row])
-    decode = lambda k, r=row: pipeline.tokenizer.decode(
-        list(tokens[r, :k]), skip_special_tokens=True)
-    r, v = verifiers_lib.segment_scores(
-        decode(n), examples[row // w].answer, max_segments=num_segments)
-    rewards.append(r)
-    valid.append(v)
-    ids.append(verifiers_lib.segment_token_ids(
-        decode, n, num_segments=int(v.sum()), max_tokens=s.max_new_tokens))
-  grouped = lambda x, dtype: np.asarray(x, dtype).reshape(
-      (len(examples), g) + np.shape(x)[1:])
-  return {"segment_rewards": grouped(rewards, np.float32),
-          "segment_valid": grouped(valid, bool),
-          "segment_ids": grouped(ids, np.int32)}
-
-
-def _shape_data(rnd: Round, pipeline: Pipeline, step: int
-                ) -> shaping_lib.RoundData:
-  """A round's rows as the shapers' state updates read them (the greedy
-  row, never trained on, left out)."""
-  k, (p, g) = len(pipeline.verifiers), rnd.lengths.shape
-  return shaping_lib.RoundData(
-      lengths=rnd.lengths.reshape(-1),
-      verified=rnd.rewards[..., :k].reshape(p * g, k),
-      verifier_names=tuple(pipeline.verifiers),
-      verifier_weights=pipeline.weights[:k], group_size=g, step=step,
-      prompt_index=np.repeat(rnd.prompt_index, g))
-
-
-def _credit_reads(names, gather, rows, pipeline: Pipeline) -> dict:
-  """The arrays a credit rule reads (`credit.READS`) by name, [N, ...]:
-  ``rewards`` is each row's weighted total, ``num_generations`` G, and the
-  others the Round fields of that name."""
-  derived = {
-      "num_generations": lambda: pipeline.sampler.num_generations,
-      "rewards": lambda: rows((gather("rewards") * pipeline.weights).sum(-1)
-                              .astype(np.float32)),
-  }
-  return {name: derived[name]() if name in derived else rows(gather(name))
-          for name in names}
-
-
-def _replayed(selected: strategies.Selected) -> np.ndarray:
-  """[P] bool, the batch's groups refilled from a group buffer."""
-  return np.asarray([selected.rounds[r].replayed is not None
-                     and bool(selected.rounds[r].replayed[i])
-                     for r, i in selected.picks], bool)
-
-
-def _gather(selected: strategies.Selected, field: str) -> np.ndarray:
-  """[P, ...] of `field` over the picked (round, group) pairs."""
-  return np.stack([getattr(selected.rounds[r], field)[i]
-                   for r, i in selected.picks])
 
 
 def _reference_fn(params, pipeline: Pipeline) -> Callable:
@@ -446,6 +369,26 @@ class _Rows(NamedTuple):  # what `_score` reads of a sampler's output
 
 
 # -------------------------------------------------------------- a step
+
+
+def credit_and_rows(components, states, adv, loss_mask, *, credit_reads=None,
+                    row_reads=None):
+  """The credit and rows stages on a step's N rows, every step path's:
+  the credit rule's advantages (and the tokens it trains on, where it
+  narrows the loss mask), then the row strategy's loss mask; `*_reads`:
+  the arrays each stage reads, by name. Returns (advantages, loss mask,
+  the credit rule's output (for its measurements), `states` with the two
+  stages' new states)."""
+  c = components
+  credited, credit_state = c["credit"].apply(states["credit"], adv, loss_mask,
+                                             **(credit_reads or {}))
+  adv = np.asarray(credited.advantages)  # host arrays, as the estimator's
+  if credited.mask is not None:  # a rule that trains on fewer tokens
+    loss_mask = np.asarray(credited.mask, np.float32)
+  loss_mask, rows_state = c["rows"].apply(states["rows"], loss_mask,
+                                          **(row_reads or {}))
+  return adv, loss_mask, credited, dict(states, credit=credit_state,
+                                        rows=rows_state)
 
 
 def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
@@ -533,9 +476,9 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
         pipeline.shapers, states["shape"],
         # Groups refilled from a buffer were folded in when drawn; a round
         # rebuilt from others' rows (AERO) folds in as it was sampled.
-        [_shape_data(rnd if rnd.sampled is None else rnd.sampled, pipeline,
-                     step) for rnd in folded])
-  gather = lambda field: _gather(selected, field)
+        [fields_lib.shape_data(rnd if rnd.sampled is None else rnd.sampled,
+                               pipeline, step) for rnd in folded])
+  gather = functools.partial(fields_lib.gather, selected)
   t1 = time.perf_counter()
 
   prompt_tokens, prompt_mask = sampling.pad_prompts(
@@ -593,15 +536,11 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
                    0.0).astype(np.float32)
   if kept_tokens is not None:  # BPPO's prefix
     loss_mask = loss_mask * np.asarray(kept_tokens, np.float32)
-  credited, states["credit"] = c["credit"].apply(
-      states["credit"], adv, loss_mask,
-      **_credit_reads(c["credit"].reads, gather, rows, pipeline))
-  adv = np.asarray(credited.advantages)  # host arrays, as the estimator's
-  if credited.mask is not None:  # a rule that trains on fewer tokens
-    loss_mask = np.asarray(credited.mask, np.float32)
-  loss_mask, states["rows"] = c["rows"].apply(
-      states["rows"], loss_mask,
-      **{name: rows(gather(name)) for name in c["rows"].reads})
+  adv, loss_mask, credited, states = credit_and_rows(
+      c, states, adv, loss_mask,
+      credit_reads=fields_lib.credit_reads(c["credit"].reads, gather, rows,
+                                           pipeline),
+      row_reads={name: rows(gather(name)) for name in c["rows"].reads})
   sampler_logp = rows(gather("sampler_logp"))
   topk = {name: rows(gather(name)) for name in TOPK_FIELDS
           if getattr(selected.rounds[0], name) is not None}
@@ -618,17 +557,17 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   # structure), so the on-policy update leaves them out of the sampler gap.
   replayed = {}
   if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
-    replayed["replayed"] = np.repeat(_replayed(selected), g).astype(
-        np.float32)
+    replayed["replayed"] = np.repeat(fields_lib.replayed_groups(selected),
+                                     g).astype(np.float32)
   batch = pipeline.assemble(
       params, ref_params, prompt_tokens, prompt_mask, rows(gather("tokens")),
       sample_mask, loss_mask, adv, sampler_logp=sampler_logp, **topk,
       **entropy, **replayed)
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   t2 = time.perf_counter()
-  measurements = describe(selected, adv, batch, pipeline,
-                          estimator=c["advantage"], members=groups.members,
-                          kept_rows=kept_rows)
+  measurements = rollout_measures.describe(
+      selected, adv, batch, pipeline, estimator=c["advantage"],
+      members=groups.members, kept_rows=kept_rows)
   measurements.update(credit_lib.measurements(c["credit"].name, credited))
   measurements.update(revisit_measures)
   measurements.update(filter_measures)
@@ -639,109 +578,8 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   return batch, measurements, states
 
 
-def nonzero_gradient_share(row_abs, trained) -> float:
-  """The share of the trained rows (`trained` [N] bool: real, in a valid
-  group, kept by any filter) whose advantage is not 0 (`row_abs` [N], the
-  row's |advantage| or its tokens' mean); 0 when none trains."""
-  trained = np.asarray(trained, bool)
-  return float((np.asarray(row_abs)[trained] > 0).sum()
-               / max(int(trained.sum()), 1))
-
-
-def _row_abs_mean(adv, batch) -> np.ndarray:
-  """[N] |advantage| per row: [N] as is, [N, T] averaged over sampled tokens."""
-  adv = np.abs(np.asarray(adv))
-  if adv.ndim == 1:
-    return adv
-  mask = np.asarray(batch.input_mask)[:, -adv.shape[1]:]
-  return (adv * mask).sum(-1) / np.maximum(mask.sum(-1), 1.0)
-
-
-def describe(selected: strategies.Selected, adv, batch, pipeline: Pipeline,
-             *, estimator, members=None, kept_rows=None) -> dict:
-  """The rollout's measurements. Rewards, lengths and collapse describe the
-  step's plain sample (round 0), so that they compare across configs with
-  and without a group strategy that samples again (or injects reference
-  rows: the round as sampled, `Round.sampled`). A member filter's kept
-  members (`members` [P, G], the estimator's view; `kept_rows` [N], the
-  rows that train) narrow collapse and the advantage figures to them."""
-  first = selected.rounds[0].sampled or selected.rounds[0]
-  g = pipeline.sampler.num_generations
-  valid = np.asarray(selected.valid)
-  weights = pipeline.weights
-  per_reward = estimator.input == "PGK"
-  if members is None:
-    collapse = groups_lib.collapse_rate(first.rewards, weights,
-                                        per_reward=per_reward)
-  else:  # the kept members of the step's groups, as the estimator saw
-    collapse = groups_lib.collapse_rate(
-        _gather(selected, "rewards"), weights, per_reward=per_reward,
-        members=np.asarray(members, bool))
-  # The rows that train: the valid groups' (fillers' advantages are 0 and
-  # do not count), a filter's kept members only.
-  trained = np.repeat(valid, g)
-  if kept_rows is not None:
-    trained = trained & np.asarray(kept_rows, bool)
-  row_abs = _row_abs_mean(adv, batch)
-  m = {
-      "reward/total": float((first.rewards * weights).sum(-1).mean()),
-      # Groups without signal as the estimator sees them: advantages 0.
-      "advantage/collapse_rate": float(collapse),
-      # Token-level advantages as each row's mean over its tokens.
-      "advantage/abs_mean": float(row_abs[trained].sum()
-                                  / max(trained.sum(), 1)),
-      # Rows that move the policy (`nonzero_gradient_share`; the budget
-      # path's is defined alike).
-      "rollout/nonzero_gradient_share": nonzero_gradient_share(row_abs,
-                                                               trained),
-      "completion_length/mean": float(first.lengths.mean()),
-      "completion_length/max": float(first.lengths.max()),
-      "truncation_rate": float(first.truncated.mean()),
-      "rollout/rounds": float(len(selected.rounds)),
-      "rollout/groups_with_signal": float(valid.mean()),
-      "rollout/loss_tokens": float(np.asarray(batch.completion_mask).sum()),
-  }
-  for k, name in enumerate(first.columns):
-    m[f"reward/{name}"] = float(first.rewards[..., k].mean())
-  for k, name in enumerate(first.columns[:len(first.errors)]):
-    m[f"reward_errors/{name}"] = float(
-        sum(rnd.errors[k] for rnd in selected.rounds))
-  # What each shaper's column did to the plain sample's rows.
-  for k, name in enumerate(pipeline.shapers, start=len(pipeline.verifiers)):
-    column = first.rewards[..., k]
-    m[f"shaping/{name}/mean"] = float(column.mean())
-    m[f"shaping/{name}/abs_mean"] = float(np.abs(column).mean())
-    m[f"shaping/{name}/changed"] = float((column != 0).mean())
-  # Every completion of every round, as the errors count: a function failed
-  # on all of them when its errors equal this.
-  m["reward/scored"] = float(sum(
-      rnd.lengths.size + (0 if rnd.greedy_rewards is None
-                          else rnd.greedy_rewards.shape[0])
-      # A round with reference rows had one scored per prompt.
-      + (0 if rnd.injected is None else rnd.injected.shape[0])
-      for rnd in selected.rounds))
-  if any(rnd.injected is not None for rnd in selected.rounds):
-    # EDGE-GRPO's guided correction: the share of the batch's groups that
-    # got a reference row.
-    m["rollout/corrected_groups"] = float(np.mean([
-        selected.rounds[r].injected is not None
-        and selected.rounds[r].injected[i].any() for r, i in selected.picks]))
-  if first.greedy_rewards is not None:
-    m["reward/greedy_total"] = float((first.greedy_rewards * weights)
-                                     .sum(-1).mean())
-  if batch.old_logp is not None:  # on policy the update measures it
-    sampled = np.asarray(batch.input_mask)[:, -batch.old_logp.shape[1]:]
-    # Rows refilled from a buffer were sampled by an older policy.
-    sampled = sampled * ~np.repeat(_replayed(selected), g)[:, None]
-    m["logprob/sampler_trainer_max_abs_diff"] = float(
-        batch_lib.sampler_mismatch(np.asarray(batch.old_logp),
-                                   np.asarray(batch.sampler_logp), sampled))
-  if "accuracy" in first.columns:
-    m["accuracy"] = m["reward/accuracy"]
-  return m
-
-
 # --------------------------------------------------------- from a config
+# Read by validation and the planner, which build nothing (`rollout_build`).
 
 
 def group_layout(config) -> strategies.GroupLayout:
@@ -760,138 +598,3 @@ def is_on_policy(config) -> bool:
   and the old log-prob pass can be skipped (`batch.Batch`)."""
   return (config.train.num_iterations == 1
           and config.train.num_minibatches == 1)
-
-
-def _jitted(estimator):
-  # One compiled program per step's estimate: the estimator and its state
-  # stay on the device, and an estimator of many small ops runs as one.
-  return estimator._replace(estimate=jax.jit(estimator.estimate))
-
-
-def make_components(config) -> dict:
-  """The stage components of `config` by state name (`STAGES`)."""
-  rounds = strategies.make_group_strategy(
-      config.groups.name, layout=group_layout(config), **config.groups.kwargs)
-  return {
-      "select": strategies.make_selection(
-          config.select.name, rounds_per_step=rounds.rounds_per_step,
-          **config.select.kwargs),
-      "groups": rounds,
-      "advantage": _jitted(advantages_lib.make(config.advantage.name,
-                                               **config.advantage.kwargs)),
-      "shape": rewards_lib.make_shape_stage(config.rewards.shapers),
-      "credit": credit_lib.make(config.credit.name, **config.credit.kwargs),
-      "rows": strategies.make_row_strategy(config.rows.name,
-                                           **config.rows.kwargs),
-      "filter": strategies.make_member_filter(
-          config.filter.name, group_size=int(config.rollout.num_generations),
-          columns=tuple(config.rewards.functions)
-          + tuple(config.rewards.shapers), **config.filter.kwargs),
-      "revisits": _revisit_memory(config),
-      "temperature": _entropy_stage(config),
-      # Group sizes per prompt (strategies.allocation); "fixed" is inactive.
-      "budget": strategies.make_budget(
-          config.budget.name, num_prompts=int(config.rollout.num_prompts),
-          num_rows=int(config.rollout.num_prompts
-                       * config.rollout.num_generations),
-          **config.budget.kwargs),
-  }
-
-
-def _entropy_stage(config) -> entropy_norm.EntropyTemperature:
-  """HAPO's stage: the sampler rule when ``rollout.temperature_tau > 0``,
-  h_hat in the batch when the objective reads ``entropy_hat``."""
-  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  reads = objectives.OBJECTIVES.entry(config.objective.name).meta.get(
-      "reads", ())
-  r = config.rollout
-  return entropy_norm.EntropyTemperature(
-      tau=float(r.temperature_tau), pivot=float(r.entropy_pivot),
-      legacy_sign=bool(r.entropy_legacy_sign),
-      entropy_hat="entropy_hat" in reads)
-
-
-def _revisit_memory(config) -> revisits_lib.Memory:
-  """The responses an estimator reading ``divergence`` (SPO's KL-adaptive
-  rho) needs stored: one per slot of its per-prompt table (its
-  ``capacity`` option), of ``rollout.max_new_tokens`` tokens; inactive
-  otherwise."""
-  name, options = config.advantage.name, dict(config.advantage.kwargs)
-  if "divergence" not in advantages_lib.meta(name, **options)["reads"]:
-    return revisits_lib.make()
-  init = advantages_lib.meta(name)["state"].init
-  capacity = options.get(
-      "capacity", inspect.signature(init).parameters["capacity"].default)
-  return revisits_lib.make(
-      capacity=int(capacity), num_tokens=int(config.rollout.max_new_tokens),
-      prompt_ids=advantages_lib.meta(name, **options).get("prompt_ids")
-      or "exact")
-
-
-def _trainer_logprobs(params, tokens, input_mask, completion_start,
-                      temperature, *, model_config, chunk_size, batch_size):
-  """(logp, entropy) [R, T] numpy of completion rows under `params`, the
-  trainer's forward pass (`batch.batched_logprobs`), whole on every
-  process."""
-  return sharding.to_host(batch_lib.batched_logprobs(
-      params, model_config, jnp.asarray(tokens, jnp.int32),
-      jnp.asarray(input_mask, jnp.float32), completion_start,
-      temperature=temperature, chunk_size=chunk_size, batch_size=batch_size,
-      with_entropy=True))
-
-
-def from_config(config, model_config, tokenizer, components=None):
-  """``generate`` with the `Pipeline` of `config` bound (`components`:
-  `make_components(config)` unless given); nothing reads the config after."""
-  r = config.rollout
-  if r.num_prompts % jax.process_count():
-    raise ValueError(
-        f"rollout.num_prompts={r.num_prompts} does not split over "
-        f"{jax.process_count()} processes (each scores its own block of "
-        "prompts); make it a multiple of the process count.")
-  eos_ids, pad_id = models.eos_and_pad(tokenizer)
-  if r.record_topk > model_config.vocab_size:
-    raise ValueError(
-        f"config.rollout.record_topk: {r.record_topk} exceeds the model's "
-        f"vocabulary of {model_config.vocab_size} ids; set "
-        f"rollout.record_topk <= {model_config.vocab_size}.")
-  components = components or make_components(config)
-  shapers = (components["shape"] if "shape" in components
-             else rewards_lib.make_shape_stage(config.rewards.shapers)).shapers
-  # The trainer scores each row at its member's temperature (row p*G + g).
-  row_temperatures = (np.tile(np.asarray(r.member_temperatures, np.float32),
-                              r.num_prompts)
-                      if len(r.member_temperatures) else r.temperature)
-  pipeline = Pipeline(
-      num_prompts=r.num_prompts,
-      sampler=Sampler(
-          num_generations=r.num_generations, max_new_tokens=r.max_new_tokens,
-          temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-          prompt_buckets=tuple(config.data.prompt_buckets),
-          system_prompt=config.data.system_prompt, eos_ids=tuple(eos_ids),
-          pad_id=pad_id,
-          member_temperatures=tuple(float(x)
-                                    for x in r.member_temperatures),
-          record_topk=int(r.record_topk)),
-      model_config=model_config, tokenizer=tokenizer,
-      task=data.make_task(config.data, seed=config.seed),
-      format_prompt=data.format_prompt,
-      verifiers={name: (rewards_lib.get(name), float(weight))
-                 for name, weight in zip(config.rewards.functions,
-                                         config.rewards.weights)},
-      shapers=shapers,
-      scoring=rewards_lib.ScoreOptions(
-          workers=config.rewards.workers,
-          timeout_s=float(config.rewards.timeout_s),
-          deadline_s=float(config.rewards.deadline_s)),
-      components=components,
-      logprobs=functools.partial(
-          _trainer_logprobs, model_config=model_config,
-          chunk_size=config.train.chunk_size,
-          batch_size=config.train.logprob_batch_size),
-      assemble=functools.partial(
-          batch_lib.assemble_batch, model_config=model_config,
-          temperature=row_temperatures, chunk_size=config.train.chunk_size,
-          logprob_batch_size=config.train.logprob_batch_size,
-          beta=float(config.kl.beta), on_policy=is_on_policy(config)))
-  return functools.partial(generate, pipeline=pipeline)

@@ -362,7 +362,7 @@ def jit_sharded(update_fn: Callable, state, mesh: Mesh,
 
   Args:
     update_fn: ``(state, batch[, frozen]) -> (state, measurements)``, not
-      jitted (`train.make_update_fn(..., jit=False)`).
+      jitted (`update.make_update_fn(..., jit=False)`).
     state: a `TrainState` (arrays or ShapeDtypeStructs) to take shapes from.
     mesh: the mesh.
     rules: partition rules of the params.

@@ -1,26 +1,17 @@
-"""The training step and the loop: TrainState, update_fn, train().
+"""The training step and the loop: TrainState, build(), train().
 
 One step (see DESIGN.md, "One training step, as data"):
 
 1. `rollout.generate` samples G completions for each of P prompts, scores
    them, computes advantages and the behaviour (and reference) log-probs with
-   `policy_logprobs`, and returns a `batch_lib.Batch` of N = P*G rows. When the
-   batch feeds a single optimiser step the behaviour log-probs are the
+   `batch.policy_logprobs`, and returns a `batch.Batch` of N = P*G rows. When
+   the batch feeds a single optimiser step the behaviour log-probs are the
    update's own, detached, and that pass is skipped (`rollout.is_on_policy`).
 2. The loop makes ``num_iterations`` passes over the batch in minibatches; each
    minibatch is one call of the jitted `update_fn`, i.e. one optimiser step.
-3. Inside `update_fn` the minibatch is split into microbatches and the
-   gradient accumulated with ``lax.scan``. Every microbatch's loss is its
-   ``aux.loss_sum`` divided by the objective's count of the WHOLE minibatch
-   (each regulariser's likewise), so the accumulated gradient is the one-shot
-   gradient whatever the microbatch size; measurements are `measures`
-   records, merged exactly over microbatches and minibatches. The
-   configured corrections (`objectives.corrections`: sampler TIS / MIS /
-   ICEPOP, OPSM, the top-entropy mask) weigh each token's term of the
-   objective, their weights detached and the count the mask's.
-4. A non-finite loss or gradient, or a minibatch without loss tokens, leaves
-   params, optimiser state and component states unchanged and is counted in
-   ``skipped_updates``.
+3. `update_fn` (`update.make_update_fn`) accumulates the minibatch's
+   gradient over microbatches, exactly the one-shot gradient, and skips a
+   non-finite or empty update (counted in ``skipped_updates``).
 
 Every component (objective, regularisers, advantage estimator) is a record
 built once in `build`; its state lives in ``TrainState.states`` under its
@@ -28,25 +19,20 @@ name, stateless ones holding ``()``, and is checkpointed with the rest.
 
 Everything random derives from (seed, step): the data of step s is
 ``task.train(s, P)`` and its sampling key ``fold_in(key, s)``, so a run resumed
-from a checkpoint continues exactly as an uninterrupted one.
+from a checkpoint continues exactly as an uninterrupted one. A run's
+checkpoints are read back for evaluation and export by `saved_runs`.
 """
 
-import functools
-import json
 import logging
-import math
 import os
 import pathlib
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
-import optax
 
-from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
@@ -59,9 +45,11 @@ from grpo_jax import optim
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
+from grpo_jax import rollout_build
 from grpo_jax import replay_rollout
 from grpo_jax import repo_rollout
 from grpo_jax import sharding
+from grpo_jax import update as update_lib
 from grpo_jax.models import loading
 from grpo_jax.models import lora
 
@@ -85,376 +73,29 @@ class TrainState(NamedTuple):
   states: Mapping[str, Any]
 
 
-# -------------------------------------------------------------- log-probs
-
-
-# Re-exported: the trainer's log-probs are the rollout's (one definition).
-policy_logprobs = batch_lib.policy_logprobs
-
-
-# ------------------------------------------------------------- the update
-
-
-def split_microbatches(batch, microbatch_size: int):
-  """[M, ...] leaves -> [M / microbatch_size, microbatch_size, ...]."""
-  rows = batch.tokens.shape[0]
-  size = microbatch_size or rows
-  if rows % size:
-    raise ValueError(
-        f"microbatch_size={size} must divide the minibatch of {rows} rows.")
-  return jax.tree.map(
-      lambda x: x.reshape((rows // size, size) + x.shape[1:]), batch)
-
-
-def accumulate_gradients(grad_fn: Callable, params, micro_batches):
-  """Sums ``grad_fn(params, micro) -> ((loss, records), grads)`` over the
-  leading axis of `micro_batches` with ``lax.scan``.
-
-  Returns (grads, summed loss, records merged over microbatches).
-  """
-  if micro_batches.tokens.shape[0] == 1:
-    # No accumulator: zeros plus one gradient would cost two passes over
-    # every parameter.
-    (loss, records), grads = grad_fn(
-        params, jax.tree.map(lambda x: x[0], micro_batches))
-    return grads, loss, measures.merge_stacked(
-        jax.tree.map(lambda x: x[None], records))
-
-  def one(grads, micro):
-    (loss, records), g = grad_fn(params, micro)
-    return jax.tree.map(jnp.add, grads, g), (loss, records)
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  grads, (losses, stacked) = jax.lax.scan(one, zeros, micro_batches)
-  return grads, losses.sum(), measures.merge_stacked(stacked)
-
-
-def state_measures(name: str, state) -> dict:
-  """`Mean` records of a component state's scalar leaves (``objective/lam``)."""
-  out = {}
-  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-    if jnp.ndim(leaf) == 0:
-      key = jax.tree_util.keystr(path, simple=True, separator="/")
-      out[f"{name}/{key}"] = measures.Mean.scalar(leaf)
-  return out
-
-
-class LossFunctions(NamedTuple):
-  """What one minibatch's gradient needs (`make_loss_functions`).
-
-  Attributes:
-    loss: ``loss(params, micro, states, counts, batch_stats) -> (loss,
-      records)`` of one microbatch, divided by the minibatch's `counts`.
-    counts: ``counts(mask) -> dict``: the objective's and each
-      regulariser's denominator over the whole minibatch.
-    pre_pass: None, or ``pre_pass(params, micro) -> (records, arrays)``:
-      the objective's minibatch statistics of one microbatch (None when it
-      has none) and the arrays the corrections' statistics read.
-    batch_stats: ``batch_stats(mask, stacked) -> dict`` of the pre-pass
-      outputs stacked over the minibatch's microbatches: what `loss` takes
-      as `batch_stats` (``objective``: the merged records; ``corrections``:
-      each correction's statistics of the whole minibatch).
-  """
-  loss: Callable
-  counts: Callable
-  pre_pass: Optional[Callable]
-  batch_stats: Optional[Callable] = None
-
-
-def batch_arrays(micro, logp, entropy, old_logp, topk_logp=None) -> dict:
-  """Every array a regulariser, a correction or an objective may read, by
-  name: the batch's fields, the forward's ``logp`` and ``entropy`` (with
-  gradient), ``old_logp`` as the behaviour log-probs (on policy the
-  forward's own, detached) and, when the objective reads it, ``topk_logp``
-  [M, T, K]: the policy's log-probs at the sampler's top-K ids."""
-  arrays = dict(micro._asdict())
-  arrays.update(logp=logp, entropy=entropy, old_logp=old_logp)
-  if topk_logp is not None:
-    arrays.update(topk_logp=topk_logp)
-  return arrays
-
-
-def _read(arrays: dict, names, *, component: str) -> dict:
-  unknown = [k for k in names if k not in arrays]
-  if unknown:
-    raise ValueError(
-        f"{component} reads {unknown[0]!r}, which the update does not have; "
-        f"it has {', '.join(sorted(arrays))}.")
-  return {k: arrays[k] for k in names}
-
-
-def make_loss_functions(*, model_config: models.ModelConfig,
-                        objective: objectives.Objective,
-                        regularisers: Sequence[
-                            regularisers_lib.Regulariser] = (),
-                        corrections: Sequence[
-                            corrections_lib.Correction] = (),
-                        chunk_size: int = 4096,
-                        group_size: int = 1,
-                        replay_coef: Optional[float] = None) -> LossFunctions:
-  """The objective plus regularisers on the policy's log-probs.
-
-  Args:
-    model_config: the policy's `models.ModelConfig`.
-    objective: an `objectives.make(...)` record.
-    regularisers: `regularisers.make(...)` records (KL when beta > 0, the
-      entropy bonus).
-    corrections: `corrections.make(...)` records: token weights and masks
-      (sampler TIS / MIS / ICEPOP, OPSM, top-entropy). Their product,
-      detached, multiplies each token's term of the objective (the
-      objective's count unchanged); regularisers are not weighted.
-      `corrections.check_compatible` must accept them with `objective`.
-    chunk_size: rows x columns per chunk of the log-prob computation.
-    group_size: rows in consecutive blocks of this size share their prompt
-      (a rollout's G completions), whose forward pass then runs once per
-      block (`batch.completion_hidden`); 1 for batches laid out otherwise.
-    replay_coef: None, or c_off of a batch with replayed rows
-      (``Batch.replayed``; RePO, arXiv 2506.09340): the loss is then
-      ``agg(fresh rows) + c_off * agg(replayed rows)``, each part divided by
-      its own count, and the regularisers (KL) read only the fresh rows. A
-      batch without ``replayed`` has no replayed rows.
-
-  The log-probs use each row's sampling temperature (``Batch.temperature``),
-  so that on policy every ratio is 1.
-  """
-  corrections = tuple(corrections)
-  corrections_lib.check_compatible(objective, corrections)
-  # Corrections whose statistic spans the whole minibatch (the top-entropy
-  # quantile): with several microbatches a pre-pass computes it first.
-  with_stats = tuple(c for c in corrections if c.prepass is not None)
-  # DPPO's top-K forms: the chunked pass also gathers the policy's
-  # log-probs at the sampler's top-K ids (K columns, never [M, T, V]).
-  wants_topk = "topk_logp" in objective.reads
-
-  def forward(params, micro):
-    """(logp, entropy, topk_logp or None)."""
-    rows, columns = micro.tokens.shape
-    if wants_topk and micro.sampler_topk_ids is None:
-      raise ValueError(
-          f"objective {objective.name!r} reads the policy's log-probs at "
-          "the sampler's top-K ids, but the batch has no sampler_topk_ids; "
-          "set config.rollout.record_topk = K > 0.")
-    # Microbatches start at multiples of their size, so blocks of
-    # gcd(rows, G) rows lie within one group.
-    out = policy_logprobs(params, model_config, micro.tokens,
-                          micro.input_mask,
-                          columns - micro.completion_mask.shape[1],
-                          temperature=micro.temperature,
-                          chunk_size=chunk_size,
-                          group_size=math.gcd(rows, group_size),
-                          topk_ids=micro.sampler_topk_ids if wants_topk
-                          else None)
-    return out if wants_topk else (*out, None)
-
-  def behaviour(micro, logp):
-    # On policy (no old_logp) the behaviour log-probs are these, detached.
-    return (jax.lax.stop_gradient(logp) if micro.old_logp is None
-            else micro.old_logp)
-
-  def pre_pass(params, micro):
-    logp, entropy, topk = jax.lax.stop_gradient(forward(params, micro))
-    old = behaviour(micro, logp)
-    arrays = batch_arrays(micro, logp, entropy, old, topk)
-    # The objective's reads too: F-TIS's kept-token count needs the
-    # sampler's log-probs.
-    records = (None if objective.prepass is None else objective.prepass(
-        logp, old, micro.advantages, micro.completion_mask,
-        **_read(arrays, objective.reads,
-                component=f"objective {objective.name!r}")))
-    return records, {c.name: _read(arrays, c.prepass_reads,
-                                   component=f"correction {c.name!r}")
-                     for c in with_stats}
-
-  def batch_stats(mask, stacked):
-    records, arrays = stacked
-    rows = lambda x: x.reshape((-1,) + x.shape[2:])  # [micro, m, T] -> [M, T]
-    return {
-        "objective": None if records is None else measures.merge_stacked(
-            records),
-        "corrections": {c.name: c.prepass(
-            mask, **jax.tree.map(rows, arrays[c.name])) for c in with_stats}}
-
-  def loss_fn(params, micro, states, counts, batch_stats):
-    logp, entropy, topk = forward(params, micro)
-    mask = micro.completion_mask
-    old = behaviour(micro, logp)
-    arrays = batch_arrays(micro, logp, entropy, old, topk)
-    batch_stats = batch_stats or {}
-    # The weights are detached: computed from detached arrays.
-    weights, records = corrections_lib.combine(
-        corrections, mask,
-        {k: None if v is None else jax.lax.stop_gradient(v)
-         for k, v in arrays.items()},
-        batch_stats.get("corrections"))
-    objective_loss = lambda part: objective.loss(
-        states["objective"], logp, old, micro.advantages, part,
-        batch_stats=batch_stats.get("objective"), token_weights=weights,
-        **_read(arrays, objective.reads,
-                component=f"objective {objective.name!r}"))[1]
-    fresh, off = _replay_masks(mask, micro)
-    aux = objective_loss(fresh)
-    loss = measures.safe_divide(aux.loss_sum, counts["objective"])
-    records.update(aux.measures(), entropy=measures.Mean.of(
-        jax.lax.stop_gradient(entropy), mask))
-    if off is not None:  # RePO: the replayed rows' own aggregate, x c_off
-      aux_off = objective_loss(off)
-      loss += replay_coef * measures.safe_divide(aux_off.loss_sum,
-                                                 counts["replayed"])
-      records.update({f"replayed/{k}": v
-                      for k, v in aux_off.measures().items()})
-    for reg in regularisers:
-      sc, reg_records = reg.loss(
-          states[reg.name], logp, fresh,
-          **_read(arrays, reg.reads, component=f"regulariser {reg.name!r}"))
-      loss += measures.safe_divide(sc.total, counts[reg.name])
-      records.update(measures.stop_gradient(reg_records))
-    if micro.old_logp is None and micro.sampler_logp is not None:
-      # On policy the sampler's log-probs came from these params: measure
-      # the gap over every sampled token, not only the loss's. (Off policy
-      # the rollout measures it, before the params move.) Rows replayed
-      # from earlier steps (POPO, RePO) were sampled by an older policy.
-      sampled = micro.input_mask[:, -mask.shape[1]:]
-      if getattr(micro, "replayed", None) is not None:
-        sampled = sampled * (1 - micro.replayed.astype(sampled.dtype))[:, None]
-      records["logprob/sampler_trainer_max_abs_diff"] = measures.Max.of(
-          jnp.abs(jax.lax.stop_gradient(logp) - micro.sampler_logp), sampled)
-    return loss, records
-
-  def _replay_masks(mask, batch):
-    """(fresh, replayed) loss masks; (mask, None) without a split."""
-    replayed = getattr(batch, "replayed", None)
-    if replay_coef is None or replayed is None:
-      return mask, None
-    off = jnp.asarray(replayed, mask.dtype)[:, None]
-    return mask * (1 - off), mask * off
-
-  def counts(mask, batch=None):
-    fresh, off = _replay_masks(mask, batch)
-    return {"objective": objective.count(fresh),
-            **({} if off is None else {"replayed": objective.count(off)}),
-            **{reg.name: reg.count(fresh) for reg in regularisers}}
-
-  needs_pre_pass = objective.prepass is not None or with_stats
-  return LossFunctions(loss_fn, counts,
-                       pre_pass if needs_pre_pass else None,
-                       batch_stats if needs_pre_pass else None)
-
-
-def minibatch_gradient(loss_functions: LossFunctions, params, states, batch,
-                       *, microbatch_size: int = 0, frozen=None):
-  """(grads, loss, records) of one minibatch: the pre-pass statistics over
-  all its rows, then the gradient accumulated over microbatches, each
-  microbatch's loss divided by the whole minibatch's counts, so the result
-  does not depend on `microbatch_size`. With `frozen` (a LoRA run's base)
-  `params` are the adapters and the gradient is theirs alone."""
-  micro_batches = split_microbatches(batch, microbatch_size)
-  counts = loss_functions.counts(batch.completion_mask, batch)
-  model_params = lambda p: p if frozen is None else lora.combine(frozen, p)
-  batch_stats = None
-  # One microbatch is the minibatch: its own statistics are exact.
-  if loss_functions.pre_pass is not None and micro_batches.tokens.shape[0] > 1:
-    batch_stats = loss_functions.batch_stats(
-        batch.completion_mask, jax.lax.map(
-            lambda micro: loss_functions.pre_pass(model_params(params), micro),
-            micro_batches))
-  grad_fn = jax.value_and_grad(
-      lambda p, micro: loss_functions.loss(model_params(p), micro, states,
-                                           counts, batch_stats), has_aux=True)
-  return accumulate_gradients(grad_fn, params, micro_batches)
-
-
-def make_update_fn(*, model_config: models.ModelConfig,
-                   optimizer: optax.GradientTransformation,
-                   objective: objectives.Objective,
-                   regularisers: Sequence[regularisers_lib.Regulariser] = (),
-                   corrections: Sequence[corrections_lib.Correction] = (),
-                   microbatch_size: int = 0,
-                   chunk_size: int = 4096, group_size: int = 1,
-                   replay_coef: Optional[float] = None,
-                   jit: bool = True) -> Callable:
-  """Builds ``update_fn(state, batch, frozen=None) -> (state, records)``:
-  one optimiser step on one minibatch (`batch_lib.Batch` of M rows); a
-  LoRA run passes its frozen base params as `frozen` (`state.params` are
-  then the adapters).
-
-  The gradient is `minibatch_gradient`'s. Non-finite loss or gradients, or
-  a minibatch without loss tokens, leave the state unchanged and count as
-  a skipped update. `records` are `measures` records, merged exactly by the
-  caller across minibatches. Arguments (`corrections` too): see
-  `make_loss_functions`, and
-  `microbatch_size` rows per accumulation step (0: the whole minibatch),
-  `group_size` rows per shared prompt, `replay_coef` c_off of replayed
-  rows,
-  `jit` to jit with the state donated (False for `sharding.jit_sharded`).
-  """
-  loss_functions = make_loss_functions(
-      model_config=model_config, objective=objective,
-      regularisers=regularisers, corrections=corrections,
-      chunk_size=chunk_size, group_size=group_size, replay_coef=replay_coef)
-
-  def update_fn(state: TrainState, batch, frozen=None):
-    grads, loss, records = minibatch_gradient(
-        loss_functions, state.params, state.states, batch,
-        microbatch_size=microbatch_size, frozen=frozen)
-    grad_norm = optax.global_norm(grads)
-    empty = jnp.sum(batch.completion_mask) == 0
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    apply = finite & ~empty
-
-    def step(state):
-      updates, opt_state = optimizer.update(grads, state.opt_state,
-                                            state.params)
-      return state._replace(
-          params=optax.apply_updates(state.params, updates),
-          opt_state=opt_state,
-          states=dict(state.states, objective=objective.update(
-              state.states["objective"], records)))
-
-    def skip(state):  # a stateful objective may still move (Clip-Cov's key)
-      return state._replace(states=dict(
-          state.states, objective=objective.update(
-              state.states["objective"], records, applied=False)))
-
-    # A branch, not a `where` per leaf: a skipped update then costs nothing,
-    # and an applied one does not also read and select the old params and
-    # moments (README, "What changed in the performance work").
-    new_state = jax.lax.cond(apply, step, skip, state)
-    count = lambda flag: measures.Sum(flag.astype(jnp.float32))
-    records.update(
-        loss=measures.Mean.scalar(loss),
-        grad_norm=measures.Mean.scalar(grad_norm),
-        # The rate this update used (inject_hyperparams keeps it in state).
-        # A skipped update leaves the rate of the last applied one.
-        learning_rate=measures.Mean.scalar(
-            optim.current_learning_rate(new_state.opt_state)),
-        skipped_updates=count(~apply), empty_minibatches=count(empty),
-        nonfinite_updates=count(~finite & ~empty),
-        optimizer_steps=count(jnp.ones((), bool)),
-        **state_measures("objective", new_state.states["objective"]))
-    return new_state, records
-
-  if not jit:
-    return update_fn
-  return jax.jit(update_fn, donate_argnums=(0,))
-
-
 def init_state(params, optimizer, *, seed: int,
                components: Mapping[str, Any]) -> TrainState:
   """Step 0: the model's params, a fresh optimiser state, key from seed,
   and every component's initial state (``components``: name -> record
-  with ``init()``; ``objective`` required)."""
+  with ``init()``; ``objective`` required, its init given its own key
+  folded from the run's: Clip-Cov's draw)."""
+  key = jax.random.PRNGKey(seed)
+  objective_key = jax.random.fold_in(key, _OBJECTIVE_KEY)
   return TrainState(
       params=params,
       opt_state=optimizer.init(params),
       step=jnp.zeros((), jnp.int32),
-      key=jax.random.PRNGKey(seed),
-      states={name: c.init() for name, c in components.items()})
+      key=key,
+      states={name: c.init(key=objective_key) if name == "objective"
+              else c.init() for name, c in components.items()})
 
 
-def minibatches(batch, num_minibatches: int):
-  """`num_minibatches` consecutive row slices of `batch` of equal size."""
-  size = batch.tokens.shape[0] // num_minibatches
-  return [jax.tree.map(lambda x, i=i: x[i * size:(i + 1) * size], batch)
-          for i in range(num_minibatches)]
+# Folded into the run's key for the objective state's randomness: above any
+# step count, so that no step's key fold_in(key, s) is the objective's.
+_OBJECTIVE_KEY = 0x0B1EC7
+# Component states a checkpoint written before the component kept state
+# holds empty: they resume from their initial state (`checkpoint.restore`).
+INITIAL_STATES = ("states/objective",)
 
 
 # ---------------------------------------------------------------- the loop
@@ -506,7 +147,7 @@ def total_optimizer_steps(config) -> int:
 
 
 def update_group_size(config, components) -> int:
-  """The update's shared-prompt block (`make_update_fn` group_size), for
+  """The update's shared-prompt block (`update.make_update_fn` group_size), for
   `build` and the planner alike: 1 under an active budget stage (ragged
   groups: rows of a block no longer share a prompt), else G plus RePO's K
   replay rows per group."""
@@ -525,7 +166,7 @@ def make_components(config) -> dict:
   stateless: `make_corrections`."""
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
-  components = dict(rollout_lib.make_components(config), objective=objective)
+  components = dict(rollout_build.make_components(config), objective=objective)
   if config.kl.beta > 0:
     # kl.beta_neg > 0: MDP-GRPO's asymmetric KL, kl.beta on tokens of A >= 0.
     name, betas = (("asymmetric_kl", dict(beta_pos=float(config.kl.beta),
@@ -606,7 +247,7 @@ def build(config) -> Run:
     # since update_fn donates the state's buffers.
     ref_params = frozen if frozen is not None else sharding.shard_params(
         jax.tree.map(jnp.copy, params), mesh)
-  update_fn = make_update_fn(
+  update_fn = update_lib.make_update_fn(
       model_config=model_config, optimizer=optimizer, objective=objective,
       regularisers=regularisers, corrections=make_corrections(config),
       microbatch_size=config.train.microbatch_size,
@@ -614,7 +255,7 @@ def build(config) -> Run:
       group_size=update_group_size(config, components),
       replay_coef=repo_rollout.replay_coef(config), jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh, frozen=frozen)
-  rollout_fn = rollout_lib.from_config(
+  rollout_fn = rollout_build.from_config(
       config, model_config, tokenizer,
       {name: components[name] for name in rollout_lib.STAGES})
   loop = Loop(
@@ -640,16 +281,9 @@ def build(config) -> Run:
 def _state_hints(config, components) -> tuple:
   """What sizes a stage's fixed-capacity state, for a checkpoint of
   another size (`checkpoint.StateMismatch`)."""
-  # Clip-Cov's draw key is state since this release: an older checkpoint
-  # of a clip_cov run stored none (states/objective empty).
-  hints = (("states/objective/", (
-      f"objective {config.objective.name!r}'s state; a checkpoint written "
-      "before that objective kept state (clip_cov's draw key "
-      "objective.kwargs.seed, added later) holds none: resume it with the "
-      "code that wrote it, or train in a new --workdir")),)
   if not jax.tree.leaves(components["groups"].init()):
-    return hints
-  return hints + (("states/groups/", (
+    return ()
+  return (("states/groups/", (
       f"group strategy {config.groups.name!r}'s buffer holds "
       "config.groups.kwargs.capacity groups, each of rollout.num_generations "
       "x rollout.max_new_tokens tokens and a prompt of the largest "
@@ -719,7 +353,7 @@ def train_step(run: Run, state: TrainState, step: int):
   t1 = time.perf_counter()
   records = []
   for _ in range(loop.num_iterations):
-    for minibatch in minibatches(batch, loop.num_minibatches):
+    for minibatch in update_lib.minibatches(batch, loop.num_minibatches):
       state, r = run.update_fn(state, minibatch)
       records.append(r)
   records = jax.device_get(records)
@@ -788,7 +422,7 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   Returns:
     The final TrainState.
   """
-  ckpt_dir = os.path.join(workdir, "checkpoints")
+  ckpt_dir = checkpoint_directory(workdir)
   if run is None:
     config_lib.validate(config)  # before the probe makes the workdir
   checkpoint_lib.check_writable(ckpt_dir)
@@ -813,7 +447,8 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
     state = jax.tree.map(jnp.copy, run.state)
     start, health = 0, faults.Health()
     restored = checkpointer.restore_newest(state, on_corrupt=loop.on_corrupt,
-                                           hints=loop.state_hints)
+                                           hints=loop.state_hints,
+                                           initial=INITIAL_STATES)
     if restored is not None:
       start, state, saved = restored
       health = faults.Health.from_json(saved.get("health"))
@@ -873,56 +508,10 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
   return state
 
 
+def checkpoint_directory(workdir: str) -> str:
+  """Where a run in `workdir` keeps its checkpoints."""
+  return os.path.join(workdir, "checkpoints")
+
+
 def _tree_bytes(tree) -> int:
   return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
-
-
-def restore_metadata(workdir: str, *, step=None) -> tuple:
-  """(step, metadata) of a run's checkpoint (default: the latest)."""
-  checkpointer = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints"))
-  try:
-    step = checkpointer.latest_step() if step is None else step
-    return step, checkpointer.metadata(step)
-  finally:
-    checkpointer.close()
-
-
-def restore_config(workdir: str, *, step=None) -> tuple:
-  """(step, config) a run saved in its checkpoint (default: the latest);
-  fields added since it was written take their defaults."""
-  step, metadata = restore_metadata(workdir, step=step)
-  return step, config_lib.with_defaults(
-      ml_collections.ConfigDict(json.loads(metadata["config"])))
-
-
-def restore_policy(workdir: str, *, step=None) -> tuple:
-  """The policy of a run's checkpoint (default: the latest), for evaluation
-  and export: (config, model_config, params, tokenizer, step).
-
-  The run's config comes from the checkpoint (fields added since it was
-  written take their defaults); its base model is loaded for the tokenizer
-  and the state's structure, and the trained params replace its weights. A
-  LoRA run's adapters come back merged into the base: plain params.
-  """
-  step, config = restore_config(workdir, step=step)
-  model_config, params, frozen, tokenizer = load_policy(config)
-  optimizer = optim.make_optimizer(
-      total_steps=total_optimizer_steps(config), **config.optimizer)
-  template = jax.eval_shape(functools.partial(
-      init_state, optimizer=optimizer, seed=config.seed,
-      components=make_components(config)), params)
-  params = restore(workdir, template, step=step)[0].params
-  if frozen is not None:
-    params = lora.merge(lora.combine(frozen, params), model_config.lora_scale)
-  return config, model_config, params, tokenizer, step
-
-
-def restore(workdir: str, template: TrainState, *, step=None):
-  """(state, metadata) of a run's checkpoint `step` (default: the latest)."""
-  checkpointer = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints"))
-  try:
-    return checkpointer.restore(template, step)
-  finally:
-    checkpointer.close()

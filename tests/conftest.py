@@ -29,16 +29,27 @@ jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_disable_most_optimizations", True)
 
 
+def _memory_mappings() -> int:
+  """This process's memory mappings (0 where /proc is missing)."""
+  try:
+    with open("/proc/self/maps", "rb") as f:
+      return f.read().count(b"\n")
+  except OSError:
+    return 0
+
+
 @pytest.hookimpl(trylast=True)  # after the file's fixtures are torn down
 def pytest_runtest_teardown(item, nextitem):
-  """Drops jax's compiled programs after a test file's last test.
+  """Drops jax's compiled programs after a test file's last test, and after
+  any test that leaves the process past a quarter of its mappings limit.
 
   Each XLA:CPU executable holds memory mappings of its own: a suite worker
   that kept every program it compiled reached 61k of the kernel's limit,
   65530 (vm.max_map_count); past it an mmap fails and the worker dies, as
-  one did (a segfault) in a CI run. The persistent cache above makes a
-  program compiled again cheap.
+  one did (a segfault) in a CI run; one test file alone reached 37k. The persistent cache above makes a program compiled again
+  cheap.
   """
-  if nextitem is None or nextitem.module is not item.module:
+  if (nextitem is None or nextitem.module is not item.module
+      or _memory_mappings() > 16384):
     jax.clear_caches()
     gc.collect()

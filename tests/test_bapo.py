@@ -24,7 +24,7 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import sharding
 from grpo_jax import testing
-from grpo_jax import train
+from grpo_jax import update as update_lib
 
 DEFAULTS = dict(low_start=0.6, low_max=0.9, low_step=0.05, high_start=1.2,
                 high_max=3.0, high_step=0.05, rho0=0.5, balance="share_grad",
@@ -351,11 +351,12 @@ def test_one_search_for_every_device_and_microbatch():
   rows (each holding one sign) clips at the bounds of one shot on one
   device, and those are `np_bapo`'s on the whole batch's ratios."""
   config, params, batch, logp = model_batch()
-  fns = train.make_loss_functions(model_config=config,
-                                  objective=objectives.make("bapo"),
-                                  chunk_size=64)
-  gradient = lambda micro: jax.jit(lambda p, b: train.minibatch_gradient(
-      fns, p, {"objective": ()}, b, microbatch_size=micro))
+  fns = update_lib.make_loss_functions(model_config=config,
+                                       objective=objectives.make("bapo"),
+                                       chunk_size=64)
+  gradient = lambda micro: jax.jit(
+      lambda p, b: update_lib.minibatch_gradient(
+          fns, p, {"objective": ()}, b, microbatch_size=micro))
   grads, loss, records = gradient(0)(params, batch)
   one = measures.values(records)
   r = np.exp(np.float64(logp) - np.float64(batch.old_logp))

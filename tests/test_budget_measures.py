@@ -17,49 +17,13 @@ from grpo_jax import budget_rollout
 from grpo_jax import config as config_lib
 from grpo_jax import groups as groups_lib
 from grpo_jax import profiling
-from grpo_jax import rollout
+from grpo_jax import rollout_measures
 from grpo_jax import strategies
 from grpo_jax.strategies import allocation
-from grpo_jax.strategies import ragged
+from grpo_jax.testing import budgets as fixtures
 
 from configs import knapsack_rl as knapsack_config
 from configs import sgpo as sgpo_config
-
-Example = collections.namedtuple("Example", "index question answer")
-
-
-def fake_rows(examples, sizes, num_rows, solved):
-  """`ragged.Rows` of `sizes` per prompt, T = 2, one column ``accuracy``:
-  row m of prompt g scores solved(g, m)."""
-  layout = ragged.ragged_rows(np.asarray(sizes, np.int64), num_rows)
-  real = layout.valid
-  reward = np.asarray([float(solved(g, m)) if g >= 0 else 0.0
-                       for g, m in zip(layout.group, layout.member)],
-                      np.float32)
-  index = np.asarray([e.index for e in examples])
-  ones = np.ones((num_rows, 2), np.float32) * real[:, None]
-  return ragged.Rows(
-      group=layout.group,
-      prompt_index=np.where(real, index[np.maximum(layout.group, 0)], -1),
-      prompt_tokens=np.ones((num_rows, 3), np.int32),
-      prompt_mask=np.ones((num_rows, 3), np.float32),
-      tokens=np.ones((num_rows, 2), np.int32), mask=ones,
-      sampler_logp=-ones, token_entropies=ones,
-      lengths=2 * real.astype(np.int32), truncated=np.zeros(num_rows, bool),
-      entropies=real.astype(np.float32), rewards=reward[:, None],
-      total=reward, columns=("accuracy",), errors=np.zeros(1),
-      scored=int(real.sum()))
-
-
-class Task:
-  seed = 0
-
-  def train_indices(self):
-    return np.arange(6)
-
-  def example(self, index):
-    return Example(int(index), str(index), "0")
-
 
 # ------------------------------------------------- tables by prompt id
 
@@ -90,9 +54,9 @@ def test_a_budget_table_is_checked_against_every_tasks_ids(module, tmp_path):
 
 
 def test_knapsack_tracker_slots_exact_and_hashed():
-  ex = [Example(i, "", "") for i in (1, 5, 2, 9)]
+  ex = [fixtures.Example(i, "", "") for i in (1, 5, 2, 9)]
   k = {0: 2, 1: 1, 2: 3, 3: 0}  # prompt p solves its first k[p] rows
-  draw = lambda e, sizes, n, r: fake_rows(e, sizes, n,
+  draw = lambda e, sizes, n, r: fixtures.fake_rows(e, sizes, n,
                                           lambda g, m: m < k[g])
   for mode in ("hash", "exact"):
     budget = strategies.make_budget("knapsack", num_prompts=4, num_rows=16,
@@ -120,12 +84,12 @@ def _sgpo(capacity, prompt_ids, solved):
 
   def draw(examples, sizes, num_rows, r):
     draws.append(([e.index for e in examples], [int(s) for s in sizes]))
-    return fake_rows(examples, sizes, num_rows, lambda g, m: False)
+    return fixtures.fake_rows(examples, sizes, num_rows, lambda g, m: False)
   profile = lambda idx, n, s: profiling.Profile(
       np.asarray(idx), np.asarray(solved, np.float32),
       np.full(6, 8.0, np.float32))
   plan, state = budget.apply(budget.init(), draw=draw, select=None,
-                             task=Task(), profile=profile, step=0)
+                             task=fixtures.Task(), profile=profile, step=0)
   return plan, state, draws
 
 
@@ -161,7 +125,7 @@ def test_sgpo_profiles_in_calls_of_at_most_n_rows(monkeypatch):
       "Sampler", "num_generations member_temperatures")(2, ())
   pipeline = collections.namedtuple(
       "Pipeline", "sampler num_prompts columns task")(
-          sampler, 4, ("accuracy",), Task())
+          sampler, 4, ("accuracy",), fixtures.Task())
   profile = budget_rollout.profile_fn(None, jax.random.PRNGKey(0), pipeline)
   for n, per_call in ((8, 1), (2, 4), (3, 2), (16, 1)):
     calls.clear()
@@ -186,10 +150,10 @@ def test_budget_rewards_and_collapse_describe_every_sampled_row():
 
   def draw(examples, sizes, num_rows, r):
     solved = (lambda g, m: pilot[g][m]) if r == 0 else (lambda g, m: m % 2)
-    drawn.append(fake_rows(examples, sizes, num_rows, solved))
+    drawn.append(fixtures.fake_rows(examples, sizes, num_rows, solved))
     return drawn[-1]
   plan, _ = budget.apply((), draw=draw, step=0, task=None, profile=None,
-                         select=lambda: [Example(i, "", "")
+                         select=lambda: [fixtures.Example(i, "", "")
                                          for i in range(4)])
   rows = plan.rows
   real = rows.group >= 0
@@ -246,14 +210,15 @@ def test_fixed_path_measures_over_kept_members():
   batch = types.SimpleNamespace(completion_mask=np.ones((8, 2)),
                                 old_logp=None)
   estimator = types.SimpleNamespace(input="PG")
-  m = rollout.describe(selected, adv, batch, pipeline, estimator=estimator,
-                       members=members, kept_rows=kept)
+  m = rollout_measures.describe(selected, adv, batch, pipeline,
+                                estimator=estimator, members=members,
+                                kept_rows=kept)
   assert m["advantage/collapse_rate"] == 0.5  # all four members: 0
   assert m["advantage/abs_mean"] == 2 / 4  # over 4 kept rows, not 8
   assert m["rollout/nonzero_gradient_share"] == 2 / 4
   assert m["reward/total"] == 5 / 8  # the plain sample, every member
-  plain = rollout.describe(selected, adv, batch, pipeline,
-                           estimator=estimator)
+  plain = rollout_measures.describe(selected, adv, batch, pipeline,
+                                    estimator=estimator)
   assert plain["advantage/collapse_rate"] == 0.0
   assert plain["rollout/nonzero_gradient_share"] == 2 / 8
 

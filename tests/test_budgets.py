@@ -3,7 +3,6 @@ the sampler's row_prompt, Knapsack-RL, Pilot-Commit, the profiling pass
 and sGPO, with hand-derived expectations (VARIANTS.md 4.1-4.3); the
 pipeline's trace count and determinism; the config errors."""
 
-import collections
 import hashlib
 
 import jax
@@ -23,43 +22,19 @@ from grpo_jax import sampling
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.strategies import allocation
 from grpo_jax.strategies import ragged
-
-Example = collections.namedtuple("Example", "index question answer")
-
-
-def fake_rows(examples, sizes, num_rows, solved):
-  """`ragged.Rows` of `sizes` per prompt in `num_rows` rows, T = 2; row
-  j of prompt p scores solved(p, j) in the one column ``accuracy``."""
-  layout = ragged.ragged_rows(np.asarray(sizes, np.int64), num_rows)
-  real = layout.valid
-  reward = np.asarray([float(solved(g, m)) if g >= 0 else 0.0
-                       for g, m in zip(layout.group, layout.member)],
-                      np.float32)
-  index = np.asarray([e.index for e in examples])
-  owner = np.maximum(layout.group, 0)
-  ones = np.ones((num_rows, 2), np.float32) * real[:, None]
-  return ragged.Rows(
-      group=layout.group, prompt_index=np.where(real, index[owner], -1),
-      prompt_tokens=np.ones((num_rows, 3), np.int32),
-      prompt_mask=np.ones((num_rows, 3), np.float32),
-      tokens=np.ones((num_rows, 2), np.int32), mask=ones,
-      sampler_logp=-ones, token_entropies=ones,
-      lengths=2 * real.astype(np.int32), truncated=np.zeros(num_rows, bool),
-      entropies=real.astype(np.float32), rewards=reward[:, None],
-      total=reward, columns=("accuracy",), errors=np.zeros(1),
-      scored=int(real.sum()))
-
+from grpo_jax.testing import budgets as fixtures
 
 # ------------------------------------------------------------ ragged rows
 
 
 def test_rows_join_drop_and_view_by_hand():
-  ex = [Example(10, "a", "1"), Example(11, "b", "2")]
+  ex = [fixtures.Example(10, "a", "1"), fixtures.Example(11, "b", "2")]
   # Draw 1: 2 + 1 rows in 4; draw 2: 0 + 2 rows in 3.
-  one = fake_rows(ex, [2, 1], 4, lambda g, m: g == 0 and m == 0)
-  two = fake_rows(ex, [0, 2], 3, lambda g, m: True)
+  one = fixtures.fake_rows(ex, [2, 1], 4, lambda g, m: g == 0 and m == 0)
+  two = fixtures.fake_rows(ex, [0, 2], 3, lambda g, m: True)
   joined = ragged.join_rows([one, two], 6)
   np.testing.assert_array_equal(joined.group, [0, 0, 1, 1, 1, -1])
   np.testing.assert_array_equal(joined.total, [1, 0, 0, 1, 1, 0])
@@ -154,14 +129,14 @@ def bind(name, num_prompts, num_rows, **options):
 def test_knapsack_warms_up_uniform_then_allocates_by_the_tracker():
   budget = bind("knapsack", 4, 16, n_min=2, n_max=8, warmup_steps=1,
                 capacity=8)
-  ex = [Example(i, str(i), "0") for i in (5, 1, 2, 7)]
+  ex = [fixtures.Example(i, str(i), "0") for i in (5, 1, 2, 7)]
   calls = []
 
   def draw(examples, sizes, num_rows, r):
     calls.append((list(sizes), num_rows, r))
     # Prompt p solves its first k_p rows: rates .5, .25, .75, 0 at warm-up.
     k = {0: 2, 1: 1, 2: 3, 3: 0}
-    return fake_rows(examples, sizes, num_rows, lambda g, m: m < k[g])
+    return fixtures.fake_rows(examples, sizes, num_rows, lambda g, m: m < k[g])
 
   state = budget.init()
   plan, state = budget.apply(state, draw=draw, select=lambda: ex, step=0,
@@ -204,10 +179,11 @@ def test_knapsack_matches_the_variants_vector():
                 capacity=4)
   seen = []
   plan, _ = budget.apply(
-      tracker, select=lambda: [Example(i, "", "") for i in range(4)],
-      draw=lambda ex, sizes, n, r: seen.append(list(sizes)) or fake_rows(
-          ex, sizes, n, lambda g, m: False), step=0, task=None,
-      profile=None)
+      tracker, select=lambda: [fixtures.Example(i, "", "") for i in range(4)],
+      draw=lambda ex, sizes, n, r: (
+          seen.append(list(sizes))
+          or fixtures.fake_rows(ex, sizes, n, lambda g, m: False)),
+      step=0, task=None, profile=None)
   assert seen == [[5, 7, 2, 2]]
   np.testing.assert_allclose(plan.measures["budget/value"], 0.161065,
                              atol=1e-6)
@@ -223,11 +199,12 @@ def test_pilot_commit_draws_twice_and_drops_skipped_pilots():
   def draw(examples, sizes, num_rows, r):
     calls.append((list(sizes), num_rows, r))
     if r == 0:
-      return fake_rows(examples, sizes, num_rows, lambda g, m: pilot[g][m])
-    return fake_rows(examples, sizes, num_rows, lambda g, m: m % 2)
+      return fixtures.fake_rows(examples, sizes, num_rows,
+                                lambda g, m: pilot[g][m])
+    return fixtures.fake_rows(examples, sizes, num_rows, lambda g, m: m % 2)
 
   plan, state = budget.apply((), draw=draw, step=0, task=None, profile=None,
-                             select=lambda: [Example(i, "", "")
+                             select=lambda: [fixtures.Example(i, "", "")
                                              for i in range(4)])
   assert state == ()
   assert calls == [([4, 4, 4, 4], 16, 0), ([0, 8, 8, 0], 16, 1)]
@@ -240,16 +217,6 @@ def test_pilot_commit_draws_twice_and_drops_skipped_pilots():
   assert plan.measures["budget/rows_used"] == 24 / 32
   np.testing.assert_allclose(plan.measures["budget/pilot_std_mean"],
                              (0.4330127 + 0.5) / 4, atol=1e-6)
-
-
-class Task:
-  seed = 0
-
-  def train_indices(self):
-    return np.arange(6)
-
-  def example(self, index):
-    return Example(int(index), str(index), "0")
 
 
 def test_sgpo_profiles_once_then_schedules_easy_to_hard():
@@ -268,18 +235,18 @@ def test_sgpo_profiles_once_then_schedules_easy_to_hard():
 
   def draw(examples, sizes, num_rows, r):
     draws.append(([e.index for e in examples], list(sizes), num_rows))
-    return fake_rows(examples, sizes, num_rows, lambda g, m: False)
+    return fixtures.fake_rows(examples, sizes, num_rows, lambda g, m: False)
 
   state = budget.init()
-  plan, state = budget.apply(state, draw=draw, select=None, task=Task(),
-                             profile=profile, step=0)
+  plan, state = budget.apply(state, draw=draw, select=None,
+                             task=fixtures.Task(), profile=profile, step=0)
   assert profiles == [([0, 1, 2, 3, 4, 5], 8, "")]
   # The first three of the order fit: 2 + 4 + 10 = 16 <= 32 rows.
   assert draws[0] == ([1, 4, 2], [2, 4, 10], 32)
   assert int(state.cursor) == 3 and int(state.profiled) == 1
   assert plan.measures["budget/profiled_prompts"] == 6.0
-  plan, state = budget.apply(state, draw=draw, select=None, task=Task(),
-                             profile=profile, step=1)
+  plan, state = budget.apply(state, draw=draw, select=None,
+                             task=fixtures.Task(), profile=profile, step=1)
   assert len(profiles) == 1  # profiled once
   # 5 (16 rows) and 3 (16 rows) fill the 32; a third slot is padding.
   assert draws[1] == ([5, 3, 5], [16, 16, 0], 32)
@@ -312,9 +279,9 @@ def test_every_budget_keeps_its_rows_and_state_shapes(name, options):
       np.asarray(idx), np.asarray(idx, np.float32) % (n + 1),
       np.full(len(idx), float(n), np.float32))
   plan, new = budget.apply(
-      state, step=7, task=Task(), profile=prof,
-      select=lambda: [Task().example(i) for i in (0, 2, 4, 5)],
-      draw=lambda ex, sizes, n, r: fake_rows(ex, sizes, n,
+      state, step=7, task=fixtures.Task(), profile=prof,
+      select=lambda: [fixtures.Task().example(i) for i in (0, 2, 4, 5)],
+      draw=lambda ex, sizes, n, r: fixtures.fake_rows(ex, sizes, n,
                                              lambda g, m: (g + m) % 2))
   sizes = ragged.group_sizes(plan.rows.group, 4)
   assert plan.rows.group.shape == (16,) and sizes.sum() <= 16
@@ -448,7 +415,8 @@ def test_knapsack_acts_in_a_tiny_step(knapsack_run):
       # it scores the ragged rows as the sampler did (~1e-2 off with
       # blocks of G rows sharing the first row's prompt).
       records = [run.update_fn(jax.tree.map(jnp.copy, run.state), mb)[1]
-                 for mb in train.minibatches(batch, run.loop.num_minibatches)]
+                 for mb in update_lib.minibatches(batch,
+                                                  run.loop.num_minibatches)]
       gap = measures.values(measures.merge_all(jax.device_get(records)))[
           "logprob/sampler_trainer_max_abs_diff"]
       assert float(gap) < 1e-5, gap
@@ -458,7 +426,7 @@ def test_knapsack_acts_in_a_tiny_step(knapsack_run):
 
 def test_allocation_changes_every_step_traces_once(knapsack_run):
   run, pipeline = knapsack_run
-  update = train.make_update_fn(
+  update = update_lib.make_update_fn(
       model_config=run.model_config, optimizer=optax_sgd(),
       objective=run_objective(run), group_size=1, jit=False)
   traces = []

@@ -54,6 +54,29 @@ def test_a_stage_added_since_the_checkpoint_with_no_state_resumes(tmp_path):
   testing.assert_close(restored, newer, rtol=0, atol=0)
 
 
+def test_a_state_the_checkpoint_holds_empty_starts_from_the_template(
+    tmp_path):
+  """An objective that kept no state when the checkpoint was written (its
+  entry empty or absent) resumes from the template's state with
+  ``initial``; without it, or where the checkpoint holds arrays of another
+  shape, restoring is refused."""
+  state = small_state(lam0=0.5)
+  template = jax.tree.map(jnp.zeros_like, state)
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  for step, stored in ((1, ()), (2, None)):
+    states = {} if stored is None else {"objective": stored}
+    ckpt.save(step, state._replace(states=states))
+    restored, _ = ckpt.restore(template, step, initial=("states/objective",))
+    assert float(restored.states["objective"].lam) == 0.0  # the template's
+    testing.assert_close(restored.params, state.params, rtol=0, atol=0)
+    with pytest.raises(checkpoint.StateMismatch, match="states/objective"):
+      ckpt.restore(template, step)
+  ckpt.save(3, state._replace(states={"objective": {"lam": jnp.zeros(2)}}))
+  with pytest.raises(checkpoint.StateMismatch, match="states/objective/lam"):
+    ckpt.restore(template, 3, initial=("states/objective",))
+  ckpt.close()
+
+
 def test_a_relative_directory_works(tmp_path, monkeypatch):
   # The README's command passes a relative workdir; orbax wants absolute paths.
   monkeypatch.chdir(tmp_path)

@@ -150,21 +150,72 @@ def test_bad_options(options, match):
     objectives.make("clip_cov", **options)
 
 
-def test_a_checkpoint_from_before_the_draw_key_says_why(tmp_path):
-  """A clip_cov checkpoint written when its objective kept no state:
-  restoring names the missing key, the cause and the fix."""
-  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+def _run_state(seed, objective):
+  from grpo_jax import optim  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
-  config = importlib.import_module("configs.clip_cov").get_config("tiny")
-  old = {"params": {"w": jnp.ones(3)}, "states": {"objective": ()}}
-  new = {"params": {"w": jnp.ones(3)},
-         "states": {"objective": covariance.clip_cov_init(0)}}
-  ckpt = checkpoint.Checkpointer(str(tmp_path))
-  ckpt.save(1, old)
-  hints = train._state_hints(  # pylint: disable=protected-access
-      config, {"groups": type("G", (), {"init": staticmethod(tuple)})()})
-  with pytest.raises(checkpoint.StateMismatch, match=(
-      r"has no states/objective/key .*'clip_cov''s state; a checkpoint "
-      r"written before .*draw key.*new --workdir")):
-    ckpt.restore(new, hints=hints)
+  return train.init_state({"w": jnp.arange(3.0)},
+                          optim.make_optimizer(learning_rate=1e-3),
+                          seed=seed, components={"objective": objective})
+
+
+def test_a_checkpoint_from_before_the_draw_key_resumes(tmp_path, caplog):
+  """A clip_cov checkpoint written when its objective kept no state
+  (states/objective empty) restores with `train.INITIAL_STATES`, as the
+  loop resumes it: every saved array as it was, the draw key the run's
+  initial one, and a warning naming it."""
+  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
+  fresh = _run_state(3, objectives.make("clip_cov", **OPTIONS))
+  saved = jax.tree.map(lambda x: x + 1, fresh)._replace(
+      states={"objective": ()})  # the old objective's empty state
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+  ckpt.save(7, saved)
   ckpt.close()
+  template = jax.tree.map(jnp.zeros_like, fresh)._replace(
+      states=fresh.states)  # run.state: the objective's init
+  with caplog.at_level("WARNING"):
+    restored, meta = saved_runs.restore(str(tmp_path), template)
+  assert meta["step"] == 7
+  assert "holds no states/objective" in caplog.text
+  testing.assert_close(restored.params, saved.params, rtol=0, atol=0)
+  testing.assert_close(restored.opt_state, saved.opt_state, rtol=0, atol=0)
+  np.testing.assert_array_equal(restored.states["objective"].key,
+                                fresh.states["objective"].key)
+
+
+def test_an_objective_state_of_another_shape_is_still_refused(tmp_path):
+  """Only a state the checkpoint lacks starts anew: a stored key of
+  another shape is a StateMismatch naming it."""
+  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
+  fresh = _run_state(3, objectives.make("clip_cov", **OPTIONS))
+  other = fresh._replace(states={"objective": covariance.ClipCovState(
+      jnp.zeros(3, jnp.uint32))})
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+  ckpt.save(7, other)
+  ckpt.close()
+  with pytest.raises(checkpoint.StateMismatch,
+                     match=r"states/objective/key of shape \(3,\)"):
+    saved_runs.restore(str(tmp_path), fresh)
+
+
+def test_the_draw_key_follows_the_run_seed_unless_seed_is_set():
+  """The configs set no seed: the run's seed keys the draw (a key of its
+  own, none of the run's step keys fold_in(PRNGKey(seed), s)); an explicit
+  seed gives PRNGKey(seed) whatever the run's."""
+  config = importlib.import_module("configs.clip_cov").get_config("tiny")
+  assert "seed" not in config.objective.kwargs
+  objective = objectives.make("clip_cov", **config.objective.kwargs)
+  keys = [np.asarray(_run_state(seed, objective).states["objective"].key)
+          for seed in (0, 1)]
+  assert not np.array_equal(keys[0], keys[1])
+  base = jax.random.PRNGKey(0)
+  for s in range(64):
+    assert not np.array_equal(keys[0], jax.random.fold_in(base, s))
+  assert not np.array_equal(keys[0], base)
+  for run_seed in (0, 1):
+    state = _run_state(run_seed, objectives.make("clip_cov", seed=5))
+    np.testing.assert_array_equal(state.states["objective"].key,
+                                  jax.random.PRNGKey(5))
+  # Outside a run (no key): PRNGKey(0), the hand vectors' U["seed0"].
+  np.testing.assert_array_equal(objective.init().key, jax.random.PRNGKey(0))

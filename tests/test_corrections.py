@@ -20,8 +20,10 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.objectives import _kit
 from grpo_jax.objectives import corrections
+from grpo_jax.objectives import entropy_mask
 from grpo_jax.objectives import regularisers
 from grpo_jax.testing import learning
 
@@ -181,9 +183,9 @@ def test_masked_quantile_matches_numpy():
   mask = rng.random((4, 7)) > 0.4
   for q in (0.0, 0.13, 0.5, 0.8, 1.0):
     np.testing.assert_allclose(
-        corrections.masked_quantile(values, mask, q),
+        entropy_mask.masked_quantile(values, mask, q),
         np.quantile(values[mask], q), rtol=1e-6)
-  assert np.isinf(corrections.masked_quantile(values, 0 * mask, 0.5))
+  assert np.isinf(entropy_mask.masked_quantile(values, 0 * mask, 0.5))
 
 
 @pytest.mark.parametrize("name", corrections.names())
@@ -487,7 +489,7 @@ def update(config, params, batch, *, corrections_=(), regs=(),
            objective="ppo_clip", microbatch_size=0):
   record = objectives.make(objective)
   optimizer = optax.sgd(1.0)
-  fn = train.make_update_fn(
+  fn = update_lib.make_update_fn(
       model_config=config, optimizer=optimizer, objective=record,
       regularisers=list(regs), corrections=list(corrections_),
       microbatch_size=microbatch_size, chunk_size=16)

@@ -205,6 +205,32 @@ def test_jsonl_missing_key_names_key_and_line(tmp_path):
     data.jsonl(path)
 
 
+@pytest.mark.parametrize("bad,problem", [
+    ('"a-1"', "'id' is 'a-1', not an integer >= 0"),
+    ("3.5", "'id' is 3.5, not an integer >= 0"),
+    ("true", "'id' is True, not an integer >= 0"),
+    (None, "has no 'id' field, but the record on line 1 has one"),
+])
+def test_jsonl_a_bad_id_names_file_line_and_field(tmp_path, bad, problem):
+  """An id that is not an integer >= 0 (or one missing beside others) is
+  an error, not a silent renumbering: ids key per-prompt state."""
+  third = ('{"question": "c", "answer": "3"}' if bad is None else
+           '{"id": %s, "question": "c", "answer": "3"}' % bad)
+  path = _write(tmp_path, ['{"id": 4, "question": "a", "answer": "1"}', "",
+                           '{"id": "7", "question": "b", "answer": "2"}',
+                           third])
+  with pytest.raises(ValueError, match=(
+      r"data\.jsonl:4: " + problem + r".*give every record an integer 'id' "
+      r">= 0, or drop \(or rename\) the 'id' field")):
+    data.jsonl(path)
+  # Without ids (id_key=None: a benchmark's) the records take their order.
+  assert [e.index for e in data.jsonl(path, id_key=None)] == [0, 1, 2]
+  # Integer ids, and strings of digits, are the records' ids.
+  path = _write(tmp_path, ['{"id": 4, "question": "a", "answer": "1"}',
+                           '{"id": "7", "question": "b", "answer": "2"}'])
+  assert [e.index for e in data.jsonl(path)] == [4, 7]
+
+
 def _gsm8k_records(builder, split, **kwargs):
   del builder, kwargs
   rows = {"train": [("Tom has 3 apples and buys 4. How many?", "7"),

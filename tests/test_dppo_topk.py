@@ -19,6 +19,7 @@ from grpo_jax import objectives
 from grpo_jax import sampling
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.objectives import divergence
 from grpo_jax.testing import learning
 
@@ -265,9 +266,9 @@ def test_the_update_never_holds_the_n_t_v_logits():
   params = models.init_params(config, jax.random.PRNGKey(0))
   batch = _topk_batch(config, n, sp, t, k)
   objective = objectives.make("dppo_topk")
-  fns = train.make_loss_functions(model_config=config, objective=objective,
-                                  chunk_size=64)
-  step = jax.jit(lambda p, b: train.minibatch_gradient(
+  fns = update_lib.make_loss_functions(model_config=config,
+                                       objective=objective, chunk_size=64)
+  step = jax.jit(lambda p, b: update_lib.minibatch_gradient(
       fns, p, {"objective": ()}, b))
   logits_bytes = n * t * config.vocab_size * 4
   temp = step.lower(params, batch).compile().memory_analysis()
@@ -297,11 +298,11 @@ def test_trainer_without_recorded_topk_says_what_to_switch_on():
   params = models.init_params(config, jax.random.PRNGKey(0))
   batch = _topk_batch(config, 2, 3, 4, 2)._replace(sampler_topk_ids=None,
                                                    sampler_topk_logp=None)
-  fns = train.make_loss_functions(model_config=config,
-                                  objective=objectives.make("dppo_topk"),
-                                  chunk_size=8)
+  fns = update_lib.make_loss_functions(model_config=config,
+                                       objective=objectives.make("dppo_topk"),
+                                       chunk_size=8)
   with pytest.raises(ValueError, match="rollout.record_topk"):
-    train.minibatch_gradient(fns, params, {"objective": ()}, batch)
+    update_lib.minibatch_gradient(fns, params, {"objective": ()}, batch)
 
 
 # ---------------------------------------------------------------- sampler
@@ -309,13 +310,8 @@ def test_trainer_without_recorded_topk_says_what_to_switch_on():
 
 @pytest.fixture(scope="module")
 def model():
-  config = testing.tiny_config(tie_word_embeddings=True,
-                               max_position_embeddings=64)
-  params = models.init_params(config, jax.random.key(0))
   # Peaked logits, as tests/test_sampling.py: a clear top-K order.
-  params = jax.tree.map(lambda x: x * 20.0 if x.ndim == 3 else x, params)
-  params["embed"] = params["embed"] * 20.0
-  return config, params
+  return testing.peaked_tiny_model(20.0)
 
 
 PROMPTS = ([1, 2, 3], [4, 5, 6, 7, 8, 9, 10])

@@ -331,11 +331,12 @@ def test_sd_grpo_learns_a_trivial_task_off_policy(options):
 
 
 def test_the_rollout_fills_the_segment_fields_of_the_sampled_members():
-  """`rollout._segments` on two prompts of G = 2 members and ReMax's extra
+  """`rollout_fields.segments` on two prompts of G = 2 members and ReMax's extra
   row (w = 3 rows per prompt, the last never trained): rewards, valid
   slots and token ids, with the tiny character tokenizer."""
   import types  # pylint: disable=g-import-not-at-top
   from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rollout_fields  # pylint: disable=g-import-not-at-top
   tokenizer = testing.tiny_tokenizer()
   texts = [r"\boxed{7}\boxed{9}", r"\boxed{7}", "greedy row",
            r"a\boxed{1}", r"\boxed{2}\boxed{3}", "greedy row"]
@@ -348,7 +349,7 @@ def test_the_rollout_fills_the_segment_fields_of_the_sampled_members():
       sampler=types.SimpleNamespace(num_generations=2, max_new_tokens=t),
       task=types.SimpleNamespace(max_segments=3), tokenizer=tokenizer)
   examples = [data.Example("q", "7; 8"), data.Example("q", "1; 2; 3")]
-  fields = rollout._segments(pipeline, examples, out, 3)  # pylint: disable=protected-access
+  fields = rollout_fields.segments(pipeline, examples, out, 3)
   assert set(fields) == set(rollout.SEGMENT_FIELDS)
   np.testing.assert_array_equal(fields["segment_rewards"],
                                 [[[1, 0, 0], [1, 0, 0]], [[1, 0, 0],

@@ -5,6 +5,8 @@ and an off-policy learning test each; the tasks' stable indices (every
 estimator config's one-step run is in tests/test_estimators_stateless.py)."""
 
 
+import inspect
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -171,6 +173,56 @@ def test_spo_option_errors_name_the_option(options, match):
   with pytest.raises(ValueError, match=match):
     trackers.spo(jnp.zeros((2, 1)), trackers.spo_init(capacity=2),
                  prompt_index=jnp.arange(2), **options)
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"rho_value": 2.0}, r"rho_value: rho_value=2\.0 must lie in \(0, 1\]; "
+     r"set the constant forgetting factor"),
+    ({"rho_value": 0.0}, r"rho_value: rho_value=0\.0 must lie in"),
+    ({"rho": "fixed"}, r"rho: rho='fixed' is unknown; choose one of "
+     r"constant, kl_adaptive"),
+    ({"rho_min": 0.0}, r"rho_min: rho_min=0\.0 and rho_max=0\.96 must "
+     r"satisfy 0 < rho_min <= rho_max <= 1.*such as the paper's"),
+    ({"rho_min": float("nan")}, r"rho_min: rho_min=nan and"),
+    ({"rho_max": 1.5}, r"rho_max: rho_min=0\.875 and rho_max=1\.5 must"),
+    ({"rho_min": 0.97}, r"rho_max: rho_min=0\.97 and rho_max=0\.96 must"),
+    ({"d_half": 0.0}, r"d_half: d_half=0\.0 must be > 0.*set one such as"),
+    ({"eps": -1e-8}, r"eps: eps=-1e-08 must be finite and >= 0"),
+    ({"rho_value": "0.5"}, r"rho_value: rho_value='0\.5' must be a real "
+     r"number"),
+    ({"capacity": 0}, r"capacity: capacity=0 must be an integer >= 1.*set "
+     r"the task's number of problems or more"),
+    ({"capacity": True}, r"capacity: capacity=True must be an integer"),
+    ({"prompt_ids": "modulo"}, r"prompt_ids: prompt_ids='modulo' is unknown"),
+])
+def test_spo_option_values_fail_at_validation_naming_the_field(options,
+                                                               match):
+  """Every SPO option (state options included) is range-checked by the
+  registry's ``check`` before any compute: `config.validate` names
+  ``config.advantage.kwargs.<option>``, whichever rho is in use, and
+  `advantages.make` refuses it too."""
+  config = spo_config.get_config()
+  config.advantage.kwargs = dict(config.advantage.kwargs,
+                                 **{"rho": "constant", **options})
+  with pytest.raises(ValueError, match=r"^config\.advantage\.kwargs\."
+                     + match):
+    config_lib.validate(config)
+  with pytest.raises(ValueError, match=match.split(": ", 1)[1]):
+    advantages.make("spo", **dict(config.advantage.kwargs))
+
+
+def test_spo_check_takes_the_estimators_own_defaults():
+  """`check_spo` repeats the defaults of the functions it checks for (its
+  cross-option rules read them): they must agree."""
+  def defaults(fn):
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not p.empty}
+  own = {**defaults(trackers.spo), **defaults(trackers.spo_init),
+         **defaults(trackers.spo_offline)}
+  checked = defaults(trackers.check_spo)
+  assert checked == {k: own[k] for k in checked}
+  assert set(checked) == set(advantages.ESTIMATORS.options("spo", exclude=(
+      "valid", "prompt_index", "divergence"))) | {"capacity"}
 
 
 def test_spo_capacity_errors():

@@ -183,6 +183,12 @@ def test_aime_style_file_with_capitalised_fields_and_integer_answers(
   got = evaluation.load_benchmark(path, tiny_config(), num_problems=1)
   # "ID" is not an integer "id" field: the record index is the id.
   assert got == [data.Example("Find m+n.", "204", 0)]
+  # Nor is a string "id": a benchmark's problems are numbered by order
+  # (a training file's would be refused, `prompt_ids.record_ids`).
+  path = write_jsonl(tmp_path / "ids.jsonl", [
+      {"id": "2024-I-1", "Problem": "Find m+n.", "Answer": 204}])
+  assert evaluation.load_benchmark(path, tiny_config()) == [
+      data.Example("Find m+n.", "204", 0)]
 
 
 def test_solution_only_file_takes_the_boxed_answer(tmp_path):

@@ -13,6 +13,7 @@ import transformers
 
 from grpo_jax import config as config_lib
 from grpo_jax import models, testing
+from grpo_jax import saved_runs
 from grpo_jax import train as train_lib
 from grpo_jax.models import export
 
@@ -180,7 +181,7 @@ def test_trained_smollm2_exports_with_our_logits(tmp_path):
   workdir = tmp_path / "run"
   state = train_lib.train(config, str(workdir))
   out = tmp_path / "exported"
-  _, model_config, params, tokenizer, step = train_lib.restore_policy(
+  _, model_config, params, tokenizer, step = saved_runs.restore_policy(
       str(workdir))
   assert step == 1
   _, base, _ = models.load("smollm2-135m-instruct")

@@ -21,9 +21,11 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import optim
 from grpo_jax import rollout
+from grpo_jax import rollout_build
 from grpo_jax import sampling
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.testing import learning
 from grpo_jax.testing import objective_laws as laws
 
@@ -136,12 +138,7 @@ G, T = 3, 6
 
 @pytest.fixture(scope="module")
 def model():
-  config = testing.tiny_config(tie_word_embeddings=True,
-                               max_position_embeddings=64)
-  params = models.init_params(config, jax.random.key(0))
-  params = jax.tree.map(lambda x: x * 6.0 if x.ndim == 3 else x, params)
-  params["embed"] = params["embed"] * 6.0  # entropies that vary
-  return config, params
+  return testing.peaked_tiny_model(6.0)  # entropies that vary
 
 
 def _sample(model, rule, temperature, key=4):
@@ -444,11 +441,11 @@ def test_the_config_follows_the_recipe():
                                                   "hapo_token_mean")
   assert c.objective.kwargs.dual_clip == 10.0
   assert not rollout.is_on_policy(c)
-  stage = rollout.make_components(c)["temperature"]
+  stage = rollout_build.make_components(c)["temperature"]
   assert stage.tau == 0.05 and stage.entropy_hat
   off = config_lib.get_base_config()
-  assert not rollout.make_components(off)["temperature"].active
-  assert rollout.make_components(off)["temperature"].init() == ()
+  assert not rollout_build.make_components(off)["temperature"].active
+  assert rollout_build.make_components(off)["temperature"].init() == ()
 
 
 def test_two_tiny_steps_adapt_the_temperature_and_redistribute():
@@ -463,11 +460,7 @@ def test_two_tiny_steps_adapt_the_temperature_and_redistribute():
   assert state.states["temperature"].ready == 0
   seen = []
   for step in range(2):
-    with jax.set_mesh(run.mesh):
-      batch, m, stage_states = run.rollout_fn(
-          state.params, run.ref_params, step,
-          jax.random.fold_in(state.key, step),
-          {name: state.states[name] for name in rollout.STAGES})
+    batch, m, stage_states = testing.rollout_step(run, step, state=state)
     state = state._replace(states=dict(state.states, **stage_states))
     seen.append((batch, m))
   (first, m0), (second, m1) = seen
@@ -487,7 +480,7 @@ def test_two_tiny_steps_adapt_the_temperature_and_redistribute():
       advantages=jax.random.normal(jax.random.PRNGKey(1), (rows,)),
       completion_mask=jnp.asarray(sampled, jnp.float32))
   records = []
-  for part in train.minibatches(second, c.train.num_minibatches):
+  for part in update_lib.minibatches(second, c.train.num_minibatches):
     state, r = run.update_fn(state, part)
     records.append(measures.values(r))
   assert all(rec["redistributed"] > 0 for rec in records), records
@@ -504,8 +497,9 @@ def test_hapo_learns_the_trivial_task_off_policy():
   config = learning.model_config()
   objective = objectives.make("hapo")
   optimizer = optim.make_optimizer(learning_rate=5e-2)
-  update = train.make_update_fn(model_config=config, optimizer=optimizer,
-                                objective=objective, chunk_size=16)
+  update = update_lib.make_update_fn(model_config=config,
+                                     optimizer=optimizer,
+                                     objective=objective, chunk_size=16)
   estimator = advantages.make("hapo_token_mean")
   state = train.init_state(models.init_params(config, jax.random.PRNGKey(0)),
                            optimizer, seed=0,
@@ -532,7 +526,7 @@ def test_hapo_learns_the_trivial_task_off_policy():
         state.params, None, prompts, prompt_mask, out.tokens, out.mask,
         out.mask, np.asarray(adv).reshape(-1), model_config=config,
         temperature=out.temperatures, chunk_size=16, entropy_hat=h_hat)
-    for part in train.minibatches(batch, 2):
+    for part in update_lib.minibatches(batch, 2):
       state, r = update(state, part)
       assert measures.values(r)["skipped_updates"] == 0
       redistributed.append(float(measures.values(r)["redistributed"]))

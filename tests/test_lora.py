@@ -8,6 +8,7 @@ import pytest
 from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import models, sampling, testing
+from grpo_jax import saved_runs
 from grpo_jax import train as train_lib
 from grpo_jax.models import lora
 
@@ -172,7 +173,7 @@ def test_lora_run_restores_merged_for_evaluation_and_export(tmp_path):
                           callback=lambda step, record: records.append(record))
   # B = 0 at step 0: the policy is its reference, the KL exactly 0.
   assert records[0]["kl"] == pytest.approx(0.0, abs=1e-7)
-  _, model_config, params, _, step = train_lib.restore_policy(str(tmp_path))
+  _, model_config, params, _, step = saved_runs.restore_policy(str(tmp_path))
   assert step == 2 and not lora.has_adapters(params)
   tokens = TOKENS % model_config.vocab_size
   np.testing.assert_allclose(

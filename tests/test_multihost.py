@@ -21,7 +21,7 @@ import pytest
 
 from configs import grpo as grpo_config
 from grpo_jax import metrics
-from grpo_jax import rollout
+from grpo_jax import rollout_build
 from grpo_jax import sharding
 from grpo_jax import train
 
@@ -65,7 +65,7 @@ def test_num_prompts_must_split_over_processes(monkeypatch):
   monkeypatch.setattr(jax, "process_count", lambda: 3)
   config = tiny_config()  # num_prompts = 2
   with pytest.raises(ValueError, match="rollout.num_prompts=2"):
-    rollout.from_config(config, None, None)
+    rollout_build.from_config(config, None, None)
 
 
 def test_only_process_zero_writes_metrics(tmp_path, monkeypatch):

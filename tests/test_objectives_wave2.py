@@ -22,9 +22,9 @@ import pytest
 from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import objectives
-from grpo_jax import rollout
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.objectives import corrections
 from grpo_jax.objectives import divergence
 from grpo_jax.objectives import regularisers
@@ -650,13 +650,10 @@ def test_the_llds_config_acts_in_a_real_off_policy_step():
   config.rewards.workers = 0
   run = train.build(config)
   state = run.state
-  with jax.set_mesh(run.mesh):
-    batch, _, _ = run.rollout_fn(
-        state.params, run.ref_params, 0, jax.random.fold_in(state.key, 0),
-        {name: state.states[name] for name in rollout.STAGES})
+  batch, _, _ = testing.rollout_step(run, 0)
   batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
   found = []
-  for part in train.minibatches(batch, config.train.num_minibatches):
+  for part in update_lib.minibatches(batch, config.train.num_minibatches):
     state, records = run.update_fn(state, part)
     found.append({k: float(v) for k, v in measures.values(records).items()
                   if k.startswith("llds")})

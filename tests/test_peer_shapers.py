@@ -3,7 +3,6 @@ TRL's n-gram repetition penalty), GRPO-LEAD's difficulty reweighting as an
 estimator, and LCPO's target in evaluation prompts. Expected values are
 worked by hand (or by numpy beside the code under test)."""
 
-import hashlib
 import math
 
 import jax
@@ -19,7 +18,7 @@ from grpo_jax import config as config_lib
 from grpo_jax import data
 from grpo_jax import evaluation
 from grpo_jax import rewards
-from grpo_jax import rollout
+from grpo_jax import testing
 from grpo_jax import train
 
 
@@ -142,14 +141,6 @@ def test_grpo_lead_estimator_is_the_spec_vector_and_hand_values():
     config_lib.validate(config)
 
 
-def _coin(name):
-  def fn(prompts, completions, answers):
-    del prompts, answers
-    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 2)
-            for c in completions]
-  return fn
-
-
 def test_the_grpo_lead_config_reweights_its_advantages_in_a_tiny_step():
   """configs/grpo_lead.py's `:tiny` rollout (coin-flip verifiers: the tiny
   model earns no reward): the batch's advantages are GRPO's of the shaped
@@ -169,14 +160,10 @@ def test_the_grpo_lead_config_reweights_its_advantages_in_a_tiny_step():
     return estimator.estimate(state, groups)
   components = dict(pipeline.components,
                     advantage=estimator._replace(estimate=spy))
-  pipeline = pipeline._replace(
-      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
-      scoring=pipeline.scoring._replace(workers=0), components=components)
-  states = {n: run.state.states[n] for n in rollout.STAGES}
-  with jax.set_mesh(run.mesh):
-    batch, _, _ = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
-        pipeline=pipeline)
+  pipeline = testing.with_verifiers(
+      pipeline._replace(components=components), testing.coin)
+  batch, _, _ = testing.rollout_step(run, 0, key=jax.random.PRNGKey(3),
+                                     pipeline=pipeline)
   groups = seen["groups"]
   r = (np.asarray(groups.rewards) * np.asarray(groups.weights)).sum(-1)
   centred = r - r.mean(-1, keepdims=True)

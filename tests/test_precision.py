@@ -11,6 +11,7 @@ from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import models, objectives, sampling, testing
 from grpo_jax import train as train_lib
+from grpo_jax import update as update_lib
 
 CONFIG32 = testing.tiny_config("qwen3")
 CONFIG16 = CONFIG32.replace(dtype="bfloat16")
@@ -36,10 +37,10 @@ def _batch(params, key, n=4, t=6):
 
 
 def _loss_and_grads(config, params, batch):
-  functions = train_lib.make_loss_functions(
+  functions = update_lib.make_loss_functions(
       model_config=config, objective=objectives.make("ppo_clip"),
       chunk_size=16)
-  grads, loss, _ = train_lib.minibatch_gradient(
+  grads, loss, _ = update_lib.minibatch_gradient(
       functions, params, {"objective": ()}, batch)
   return loss, grads
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import hapo_length as hapo_config
+from configs import knapsack_rl as knapsack_config
 from configs import spo as spo_config
 from grpo_jax import advantages
 from grpo_jax import config as config_lib
@@ -37,10 +38,68 @@ def test_slots_by_hand_in_both_modes():
 
 def test_record_ids_are_id_fields_else_record_indices():
   assert prompt_ids.record_ids([{"id": 7}, {"id": "3"}]) == [7, 3]
-  # One record without an integer id: every record takes its index.
-  for other in ({}, {"id": "a-1"}, {"id": True}, {"id": -2}):
-    assert prompt_ids.record_ids([{"id": 7}, other]) == [0, 1]
+  assert prompt_ids.record_ids([{"q": 1}, {}]) == [0, 1]  # no id field
+  # An id that is not an integer >= 0, or one missing beside others, is an
+  # error naming the source, the line and the field: never a silent
+  # renumbering.
+  for other, problem in (({"id": "a-1"}, "'id' is 'a-1', not an integer"),
+                         ({"id": 3.5}, "'id' is 3.5, not an integer"),
+                         ({"id": True}, "'id' is True, not an integer"),
+                         ({"id": -2}, "'id' is -2, not an integer"),
+                         ({"id": None}, "'id' is None, not an integer"),
+                         ({"id": "\u00b3"}, "'id' is '\u00b3', not"),
+                         ({}, "has no 'id' field, but the record on line 4")):
+    with pytest.raises(ValueError, match=(
+        "f.jsonl:9: " + problem + ".*integer 'id' >= 0, or drop")):
+      prompt_ids.record_ids([{"id": 7}, other], source="f.jsonl",
+                            lines=[4, 9])
   assert prompt_ids.duplicates([4, 1, 4, 2, 1]) == (1, 4)
+
+
+def test_a_non_integer_jsonl_id_fails_before_any_compute(tmp_path):
+  """At validation where a stage keys state on the ids (SPO), else at
+  `check_files` (train.build, before the model loads): the file, the line
+  and the field, and the fix."""
+  records = [{"id": i, "question": f"q{i}", "answer": str(i)}
+             for i in range(10)]
+  records[6]["id"] = 3.5
+  path = _write(tmp_path, records)
+  config = _spo_on(spo_config.get_config(), path)
+  match = (r"config\.data\.path: .*p\.jsonl:7: 'id' is 3\.5, not an integer "
+           r">= 0.*drop \(or rename\) the 'id' field")
+  with pytest.raises(ValueError, match=match):
+    config_lib.validate(config)
+  plain = config_lib.get_base_config()  # GRPO keys nothing on the ids
+  plain.data.task, plain.data.path = "jsonl", path
+  config_lib.validate(plain)  # (a config can be planned without its files)
+  with pytest.raises(ValueError, match=match):
+    config_lib.check_files(plain)
+
+
+@pytest.mark.parametrize("table", ["spo", "spo_hash", "hapo_length",
+                                   "knapsack"])
+def test_a_table_of_zero_slots_names_its_capacity_field(table):
+  """capacity=0 (or a bool) fails at validation naming the table's full
+  field, exact or hashed, whichever stage keeps it."""
+  if table.startswith("spo"):
+    config, field = spo_config.get_config(), "advantage.kwargs.capacity"
+    config.select.name, config.select.kwargs = "uniform", {}  # no draw
+    config.advantage.kwargs = dict(
+        capacity=0, **(dict(prompt_ids="hash") if table == "spo_hash"
+                       else {}))
+  elif table == "hapo_length":
+    config = hapo_config.get_config()
+    field = "rewards.shapers.hapo_length.capacity"
+    config.rewards.shapers.hapo_length.capacity = 0
+  else:
+    config = knapsack_config.get_config()
+    field = "budget.kwargs.capacity"
+    config.budget.kwargs = dict(config.budget.kwargs, capacity=0,
+                                prompt_ids="hash")
+  with pytest.raises(ValueError, match=(
+      r"config\." + field.replace(".", r"\.") + r": capacity=0 must be an "
+      r"integer >= 1.*prompt_ids='hash'")):
+    config_lib.validate(config)
 
 
 def _write(tmp_path, records, name="p.jsonl"):

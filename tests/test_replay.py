@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from configs import popo as popo_config
-from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
-from grpo_jax import measures
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.strategies import replay
 
 G, T, LP = 2, 3, 4
@@ -188,24 +187,9 @@ def test_config_errors_name_the_field_and_the_fix():
 
 
 def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):
-  config = popo_config.get_config("tiny")
-  components = {"objective": objectives.make("ppo_clip"),
-                "groups": strategy(capacity=4)}
-  params = {"w": jnp.ones(3)}
-  optimizer = train.optim.make_optimizer(learning_rate=1e-3, warmup_steps=0,
-                                         decay="constant", total_steps=4)
-  state = train.init_state(params, optimizer, seed=0, components=components)
-  ckpt = checkpoint.Checkpointer(str(tmp_path))
-  ckpt.save(1, state)
-  bigger = state._replace(states=dict(state.states,
-                                      groups=strategy(capacity=8).init()))
-  hints = train._state_hints(config, {"groups": strategy(capacity=8)})  # pylint: disable=protected-access
-  with pytest.raises(checkpoint.StateMismatch,
-                     match=r"states/groups/.*groups\.kwargs\.capacity"):
-    ckpt.restore(bigger, hints=hints)
-  restored, _ = ckpt.restore(state, hints=hints)  # the same size restores
-  ckpt.close()
-  testing.assert_close(restored, state, rtol=0, atol=0)
+  testing.check_a_larger_stage_state_is_refused(
+      tmp_path, popo_config.get_config("tiny"), "groups", strategy(capacity=4),
+      strategy(capacity=8), field="groups.kwargs.capacity")
 
 
 # ------------------------------------------------------ the `:tiny` step
@@ -227,12 +211,8 @@ def test_the_tiny_step_trains_replayed_groups_through_decoupled_ppo():
   and decoupled PPO's weight pi_old / mu = e^0.3 acts (a gradient other
   than REINFORCE's)."""
   config, run = _tiny_run()
-  pipeline = run.rollout_fn.keywords["pipeline"]
   p, g = config.rollout.num_prompts, config.rollout.num_generations
-  examples = pipeline.components["select"].select(pipeline.task, 0, 0, p)
-  with jax.set_mesh(run.mesh):
-    first = rollout.sample_round(run.state.params, examples,
-                                 jax.random.PRNGKey(9), pipeline=pipeline)
+  first = testing.sample_round(run)
   accuracy = np.zeros((p, g), np.float32)
   accuracy[:, 0] = 1.0
   seeded = first._replace(
@@ -243,12 +223,7 @@ def test_the_tiny_step_trains_replayed_groups_through_decoupled_ppo():
   state = replay.popo_push(
       empty, replay.round_groups(seeded, layout.weights, 0,
                                  layout.prompt_len), jnp.ones(p, bool))
-  states = {n: run.state.states[n] for n in rollout.STAGES}
-  states["groups"] = state
-  with jax.set_mesh(run.mesh):
-    batch, m, new_states = run.rollout_fn(
-        run.state.params, run.ref_params, 1,
-        jax.random.fold_in(run.state.key, 1), states)
+  batch, m, new_states = testing.rollout_step(run, 1, groups=state)
   assert m["replay/refilled_groups"] == 1.0
   assert m["replay/zero_variance_groups"] == 1.0
   assert m["replay/mean_age"] == 1.0
@@ -275,33 +250,20 @@ def test_the_tiny_step_trains_replayed_groups_through_decoupled_ppo():
                                 np.asarray(state.groups.valid))
   # decoupled PPO on the first minibatch: w = pi_old / mu = e^0.3 (trainer
   # and sampler agree to ~1e-5), below the cap 2.
-  part = train.minibatches(batch, config.train.num_minibatches)[0]
+  part = update_lib.minibatches(batch, config.train.num_minibatches)[0]
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
-  fns = train.make_loss_functions(model_config=run.model_config,
-                                  objective=objective,
-                                  chunk_size=config.train.chunk_size)
-  grads, _, records = train.minibatch_gradient(
-      fns, run.state.params, {"objective": ()}, part)
-  values = measures.values(records)
+  grads, values = testing.loss_gradient(run, objective, (), run.state.params,
+                                        part)
   np.testing.assert_allclose(values["is_weight_mean"], math.exp(0.3),
                              rtol=1e-3)
-  _, _, records = train.minibatch_gradient(  # on policy: no fresh row
-      fns, run.state.params, {"objective": ()}, part._replace(old_logp=None))
-  assert measures.values(records)["logprob/sampler_trainer_max_abs_diff"] == 0
-  reinforce = objectives.make("reinforce", aggregation="token_mean")
-  fns_r = train.make_loss_functions(model_config=run.model_config,
-                                    objective=reinforce,
-                                    chunk_size=config.train.chunk_size)
-  grads_r, _, _ = train.minibatch_gradient(fns_r, run.state.params,
-                                           {"objective": ()}, part)
+  _, values = testing.loss_gradient(  # on policy: no fresh row
+      run, objective, (), run.state.params, part._replace(old_logp=None))
+  assert values["logprob/sampler_trainer_max_abs_diff"] == 0
   # At the first step r = 1, so the only difference is the weight: the
   # gradient is e^0.3 times REINFORCE's, leaf by leaf.
-  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_r)):
-    np.testing.assert_allclose(np.asarray(a), math.exp(0.3) * np.asarray(b),
-                               rtol=2e-3, atol=1e-7)
-  assert max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_r))) > 0
+  testing.assert_scaled_reinforce_gradient(run, grads, part, math.exp(0.3),
+                                           aggregation="token_mean")
 
 
 def t_of(batch):
@@ -316,12 +278,7 @@ def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
   """Crash after step 2's metrics (before its checkpoint), resume: the
   state and every metric but timing equal a straight run's, bit for bit;
   the buffer was in use when the run crashed."""
-  config = popo_config.get_config("tiny")
-  config.rewards.workers = 0
-  config.train.num_steps = 4
-  config.checkpoint.every = 2
-  config.metrics.tensorboard = False
-  config.metrics.plot = False
+  config = testing.short_run_config(popo_config.get_config("tiny"))
   # Accuracy by the coin, format 0: a third of the groups (all four
   # members wrong: (3/4)^4) have no variance.
   run = testing.coin_accuracy(train.build(config))

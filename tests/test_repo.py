@@ -23,6 +23,7 @@ from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.objectives import regularisers
 from grpo_jax.strategies import repo
 
@@ -235,10 +236,10 @@ def test_the_update_aggregates_fresh_and_replayed_rows_apart():
                               is_cap=2.0, aggregation="seq_mean_token_mean")
   kl = regularisers.make("kl", beta=0.1, estimator="k3",
                          aggregation="seq_mean_token_mean")
-  fns = train.make_loss_functions(
+  fns = update_lib.make_loss_functions(
       model_config=model_config, objective=objective, regularisers=[kl],
       chunk_size=64, replay_coef=0.5)
-  _, loss, records = train.minibatch_gradient(
+  _, loss, records = update_lib.minibatch_gradient(
       fns, params, {"objective": (), "kl": ()}, batch)
   w = np.minimum(np.exp(d), 2.0)
   row = lambda x: (x * mask).sum(-1) / mask.sum(-1)
@@ -254,10 +255,10 @@ def test_the_update_aggregates_fresh_and_replayed_rows_apart():
   np.testing.assert_allclose(values["replayed/is_weight_mean"],
                              (math.exp(0.3) + 3 * 2.0) / 4, rtol=1e-5)
   # Without the split the same batch is one aggregate, KL on every row.
-  plain = train.make_loss_functions(
+  plain = update_lib.make_loss_functions(
       model_config=model_config, objective=objective, regularisers=[kl],
       chunk_size=64)
-  _, loss_plain, _ = train.minibatch_gradient(
+  _, loss_plain, _ = update_lib.minibatch_gradient(
       plain, params, {"objective": (), "kl": ()}, batch)
   np.testing.assert_allclose(float(loss_plain),
                              term.mean() + 0.1 * k3.mean(), rtol=1e-5)
@@ -278,13 +279,8 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
   config = repo_config.get_config("tiny")
   config.rewards.workers = 0
   run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
   p, g = config.rollout.num_prompts, config.rollout.num_generations
-  examples = pipeline.components["select"].select(pipeline.task, 1, 0, p)
-  with jax.set_mesh(run.mesh):
-    seed_round = rollout.sample_round(run.state.params, examples,
-                                      jax.random.PRNGKey(9),
-                                      pipeline=pipeline)
+  seed_round = testing.sample_round(run, 1)
   accuracy = np.zeros((p, g), np.float32)
   accuracy[:, 0] = 1.0
   cache = run.state.states["groups"]
@@ -292,12 +288,7 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
     cache = repo.repo_push(
         cache, seed_round.prompt_index, seed_round.tokens, seed_round.mask,
         seed_round.sampler_logp - 0.3, accuracy, 0)
-  states = {n: run.state.states[n] for n in rollout.STAGES}
-  states["groups"] = cache
-  with jax.set_mesh(run.mesh):
-    batch, m, new_states = run.rollout_fn(
-        run.state.params, run.ref_params, 1,
-        jax.random.fold_in(run.state.key, 1), states)
+  batch, m, new_states = testing.rollout_step(run, 1, groups=cache)
   k = config.groups.kwargs.num_replays
   w = g + k
   assert batch.tokens.shape[0] == p * w
@@ -316,29 +307,15 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
     np.testing.assert_allclose(logp[i, g], stored[i, 0], rtol=1e-6)
   assert m["logprob/sampler_trainer_max_abs_diff"] < 0.1
   assert int(np.asarray(new_states["groups"].size).max()) == 8
-  part = train.minibatches(batch, config.train.num_minibatches)[0]
+  part = update_lib.minibatches(batch, config.train.num_minibatches)[0]
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
-  fns = train.make_loss_functions(
-      model_config=run.model_config, objective=objective,
-      chunk_size=config.train.chunk_size, replay_coef=1.0)
-  grads, _, records = train.minibatch_gradient(
-      fns, run.state.params, {"objective": ()}, part)
-  values = measures.values(records)
+  grads, values = testing.loss_gradient(run, objective, (), run.state.params,
+                                        part, replay_coef=1.0)
   np.testing.assert_allclose(values["replayed/is_weight_mean"],
                              math.exp(0.3), rtol=1e-3)
-  reinforce = objectives.make("reinforce", aggregation="seq_mean_token_mean")
-  fns_r = train.make_loss_functions(model_config=run.model_config,
-                                    objective=reinforce,
-                                    chunk_size=config.train.chunk_size)
-  grads_r, _, _ = train.minibatch_gradient(fns_r, run.state.params,
-                                           {"objective": ()}, part)
-  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_r)):
-    np.testing.assert_allclose(np.asarray(a),
-                               2 * math.exp(0.3) * np.asarray(b),
-                               rtol=2e-3, atol=1e-7)
-  assert max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_r))) > 0
+  testing.assert_scaled_reinforce_gradient(
+      run, grads, part, 2 * math.exp(0.3), aggregation="seq_mean_token_mean")
 
 
 # ---------------------------------------------------------- exact resume
@@ -350,14 +327,9 @@ def test_a_crashed_run_resumes_exactly_with_its_cache(tmp_path):
   state and every metric but timing equal a straight run's, bit for bit;
   the cache was replaying when the run crashed (one hashed slot: every
   prompt shares it, so it is ready from step 1)."""
-  config = repo_config.get_config("tiny")
-  config.rewards.workers = 0
+  config = testing.short_run_config(repo_config.get_config("tiny"))
   config.groups.kwargs.update(capacity=1, prompt_ids="hash",
                               min_cache_to_replay=4)
-  config.train.num_steps = 4
-  config.checkpoint.every = 2
-  config.metrics.tensorboard = False
-  config.metrics.plot = False
   run = testing.coin_accuracy(train.build(config))
   _, records = testing.check_resume_is_exact(config, str(tmp_path), run=run)
   assert records[0]["repo/replaying_groups"] == 0.0

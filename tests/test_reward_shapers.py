@@ -3,8 +3,6 @@
 failures, state updates, prompt instructions), config checks naming the
 field, and HAPO's per-prompt history through a checkpoint and a resume."""
 
-import functools
-import hashlib
 import math
 
 import jax.numpy as jnp
@@ -14,9 +12,7 @@ import pytest
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import data
-from grpo_jax import metrics
 from grpo_jax import rewards
-from grpo_jax import rollout
 from grpo_jax import testing
 from grpo_jax import train
 from grpo_jax.rewards import length_shapers
@@ -459,58 +455,26 @@ def test_a_shaper_without_weight_is_named():
 # -------------------------------------------------- a real resumed run
 
 
-class _Crash(Exception):
-  pass
-
-
-def _coin(name):
-  def fn(prompts, completions, answers):
-    del prompts, answers
-    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 2)
-            for c in completions]
-  return fn
-
-
 def _with_coin_verifiers(run, history: float):
   """`run` scoring by coin verifiers (the tiny model earns nothing) in this
   process, its history seeded at `history` tokens for every problem."""
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  pipeline = pipeline._replace(
-      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
-      scoring=pipeline.scoring._replace(workers=0))
+  pipeline = testing.with_verifiers(run.rollout_fn.keywords["pipeline"],
+                                    testing.coin)
   table = run.state.states["shape"]["hapo_length"]
   seeded = table._replace(history=jnp.full_like(table.history, history))
   state = run.state._replace(states=dict(
       run.state.states, shape={"hapo_length": seeded}))
-  return run._replace(rollout_fn=functools.partial(rollout.generate,
-                                                   pipeline=pipeline),
-                      state=state)
+  return testing.with_pipeline(run, pipeline)._replace(state=state)
 
 
 def test_hapo_history_resumes_exactly(tmp_path):
   """Crash after step 2's metrics, resume from checkpoint 2: the history
   table and every metric equal an uninterrupted run's, bit for bit."""
-  config = hapo_config.get_config("tiny")
+  config = testing.short_run_config(hapo_config.get_config("tiny"))
   config.rollout.num_generations = 4
-  config.train.num_steps = 4
-  config.checkpoint.every = 2
-  config.metrics.tensorboard = False
-  config.metrics.plot = False
   run = _with_coin_verifiers(train.build(config), history=5.0)
-  a, b = str(tmp_path / "a"), str(tmp_path / "b")
-  straight = train.train(config, a, run=run)
-
-  def crash(step, record):
-    del record
-    if step == 2:
-      raise _Crash()
-  with pytest.raises(_Crash):
-    train.train(config, b, run=run, callback=crash)
-  resumed = train.train(config, b, run=run)
-  testing.assert_close(resumed, straight, rtol=0, atol=0)
-  records = metrics.read(f"{a}/{metrics.METRICS_FILE}")
-  again = metrics.read(f"{b}/{metrics.METRICS_FILE}")
-  assert testing.without_timing(records) == testing.without_timing(again)
+  straight, records = testing.check_resume_is_exact(config, str(tmp_path),
+                                                    run=run)
   table = straight.states["shape"]["hapo_length"]
   assert float(table.count.sum()) > 0  # correct rows were folded in
   assert any(r["shaping/hapo_length/changed"] > 0 for r in records)

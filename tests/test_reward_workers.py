@@ -25,7 +25,7 @@ from configs import grpo as grpo_config
 from grpo_jax import config as config_lib
 from grpo_jax import models
 from grpo_jax import rewards
-from grpo_jax import rollout
+from grpo_jax import rollout_build
 from grpo_jax import testing
 from grpo_jax.rewards import workers
 
@@ -280,9 +280,9 @@ def test_a_rollout_with_a_hanging_verifier_finishes_and_counts_it():
   with rewards.VERIFIERS.scoped():
     rewards.VERIFIERS.register("hang")(hang)
     config_lib.validate(config)
-    generate = rollout.from_config(config, model_config, tokenizer)
+    generate = rollout_build.from_config(config, model_config, tokenizer)
     states = {name: c.init()
-              for name, c in rollout.make_components(config).items()}
+              for name, c in rollout_build.make_components(config).items()}
     _warm()
     start = time.monotonic()
     _, m, _ = generate(params, None, 0, jax.random.PRNGKey(0), states)

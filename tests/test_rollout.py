@@ -22,10 +22,12 @@ from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import rollout
+from grpo_jax import rollout_build
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax.rewards import verifiers
 from grpo_jax import train
+from grpo_jax import update as update_lib
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +210,9 @@ def test_on_policy_rollout_skips_the_old_logprob_pass(tiny_rollout):
                        np.asarray(off.old_logp) * mask, atol=1e-4)
   optimizer = optax.sgd(0.0)
   objective = objectives.make("ppo_clip")
-  fn = train.make_update_fn(model_config=config, optimizer=optimizer,
-                            objective=objective,
-                            chunk_size=64)
+  fn = update_lib.make_update_fn(model_config=config, optimizer=optimizer,
+                                 objective=objective,
+                                 chunk_size=64)
   state = train.init_state(jax.tree.map(jnp.copy, params), optimizer, seed=0,
                            components={"objective": objective})
   _, records = fn(state, on)
@@ -317,9 +319,10 @@ def test_from_config_builds_the_stage_once(tiny_rollout):
   model_config, params, tokenizer = tiny_rollout
   config = grpo_config.get_config("tiny")
   config.advantage.name, config.advantage.kwargs = "gdpo", {"eps": 1e-4}
-  components = rollout.make_components(config)
+  components = rollout_build.make_components(config)
   assert set(components) == set(rollout.STAGES)
-  generate = rollout.from_config(config, model_config, tokenizer, components)
+  generate = rollout_build.from_config(config, model_config, tokenizer,
+                                       components)
   states = {name: c.init() for name, c in components.items()}
   batch, m, new_states = generate(params, params, 0, jax.random.PRNGKey(0),
                                   states)
@@ -330,7 +333,7 @@ def test_from_config_builds_the_stage_once(tiny_rollout):
           "advantage/collapse_rate"} <= set(m)
   config.advantage.kwargs = {"scale": "batch"}  # GDPO takes no scale
   with pytest.raises(ValueError, match="scale"):
-    rollout.make_components(config)
+    rollout_build.make_components(config)
 
 
 def test_make_task_reads_the_registered_task():

@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from configs import replay as replay_config
-from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
-from grpo_jax import measures
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.strategies import buffer as buffer_lib
 from grpo_jax.strategies import row_replay
 
@@ -159,24 +158,10 @@ def test_config_errors_name_the_field_and_the_fix():
 
 
 def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):
-  config = replay_config.get_config("tiny")
-  components = {"objective": objectives.make("ppo_clip"),
-                "groups": strategy(capacity=4, rows=2)}
-  params = {"w": jnp.ones(3)}
-  optimizer = train.optim.make_optimizer(learning_rate=1e-3, warmup_steps=0,
-                                         decay="constant", total_steps=4)
-  state = train.init_state(params, optimizer, seed=0, components=components)
-  ckpt = checkpoint.Checkpointer(str(tmp_path))
-  ckpt.save(1, state)
-  larger = strategy(capacity=8, rows=2)
-  bigger = state._replace(states=dict(state.states, groups=larger.init()))
-  hints = train._state_hints(config, {"groups": larger})  # pylint: disable=protected-access
-  with pytest.raises(checkpoint.StateMismatch,
-                     match=r"states/groups/.*groups\.kwargs\.capacity"):
-    ckpt.restore(bigger, hints=hints)
-  restored, _ = ckpt.restore(state, hints=hints)  # the same size restores
-  ckpt.close()
-  testing.assert_close(restored, state, rtol=0, atol=0)
+  testing.check_a_larger_stage_state_is_refused(
+      tmp_path, replay_config.get_config("tiny"), "groups",
+      strategy(capacity=4, rows=2), strategy(capacity=8, rows=2),
+      field="groups.kwargs.capacity")
 
 
 # ------------------------------------------------------ the `:tiny` step
@@ -194,13 +179,9 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
   run = train.build(config)
   # Rows carry their own prompts: the update's shared-prompt block is 1.
   assert train.update_group_size(config, train.make_components(config)) == 1
-  pipeline = run.rollout_fn.keywords["pipeline"]
   p, g = config.rollout.num_prompts, config.rollout.num_generations
   n, r = p * g, config.groups.kwargs.rows
-  examples = pipeline.components["select"].select(pipeline.task, 0, 0, p)
-  with jax.set_mesh(run.mesh):
-    first = rollout.sample_round(run.state.params, examples,
-                                 jax.random.PRNGKey(9), pipeline=pipeline)
+  first = testing.sample_round(run)
   stored_adv = np.array([1.5, -0.5, 1.0, -1.0, 0.25, -0.25, 2.0, -2.0],
                         np.float32).reshape(p, g)
   seeded = first._replace(sampler_logp=first.sampler_logp - 0.3)
@@ -209,12 +190,7 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
   state = row_replay.push_rows(empty, row_replay.round_rows(
       seeded, stored_adv, layout.weights, 0, layout.prompt_len),
                                jnp.ones(n, bool))
-  states = {k: run.state.states[k] for k in rollout.STAGES}
-  states["groups"] = state
-  with jax.set_mesh(run.mesh):
-    batch, m, new_states = run.rollout_fn(
-        run.state.params, run.ref_params, 1,
-        jax.random.fold_in(run.state.key, 1), states)
+  batch, m, new_states = testing.rollout_step(run, 1, groups=state)
   assert batch.tokens.shape[0] == n + r
   assert m["replay/rows_drawn"] == n and m["replay/mean_age"] == 1.0
   assert m["replay/evicted"] == 0.0
@@ -251,28 +227,16 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
   assert m["replay/buffer_fill"] == n / config.groups.kwargs.capacity
   # decoupled PPO on the third minibatch (rows 12..17: 4 replayed, 2
   # empty): w = pi_old / mu = e^0.3, below the cap 2.
-  part = train.minibatches(batch, config.train.num_minibatches)[2]
+  part = update_lib.minibatches(batch, config.train.num_minibatches)[2]
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
-  fns = train.make_loss_functions(model_config=run.model_config,
-                                  objective=objective,
-                                  chunk_size=config.train.chunk_size)
-  grads, _, records = train.minibatch_gradient(
-      fns, run.state.params, {"objective": ()}, part)
-  np.testing.assert_allclose(measures.values(records)["is_weight_mean"],
-                             math.exp(0.3), rtol=1e-3)
-  reinforce = objectives.make("reinforce", aggregation="token_mean")
-  fns_r = train.make_loss_functions(model_config=run.model_config,
-                                    objective=reinforce,
-                                    chunk_size=config.train.chunk_size)
-  grads_r, _, _ = train.minibatch_gradient(fns_r, run.state.params,
-                                           {"objective": ()}, part)
+  grads, values = testing.loss_gradient(run, objective, (), run.state.params,
+                                        part)
+  np.testing.assert_allclose(values["is_weight_mean"], math.exp(0.3),
+                             rtol=1e-3)
   # At the first step r = 1: the gradient is e^0.3 times REINFORCE's.
-  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_r)):
-    np.testing.assert_allclose(np.asarray(a), math.exp(0.3) * np.asarray(b),
-                               rtol=2e-3, atol=1e-7)
-  assert max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_r))) > 0
+  testing.assert_scaled_reinforce_gradient(run, grads, part, math.exp(0.3),
+                                           aggregation="token_mean")
 
 
 # ---------------------------------------------------------- exact resume
@@ -283,12 +247,7 @@ def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
   """Crash after step 2's metrics (before its checkpoint), resume: the
   state and every metric but timing equal a straight run's, bit for bit;
   the buffer was in use when the run crashed."""
-  config = replay_config.get_config("tiny")
-  config.rewards.workers = 0
-  config.train.num_steps = 4
-  config.checkpoint.every = 2
-  config.metrics.tensorboard = False
-  config.metrics.plot = False
+  config = testing.short_run_config(replay_config.get_config("tiny"))
   run = testing.coin_accuracy(train.build(config))
   _, records = testing.check_resume_is_exact(config, str(tmp_path), run=run)
   # The buffer was in use: rows were replayed at steps after the first.

@@ -19,13 +19,8 @@ PROMPTS = ([1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11])
 
 @pytest.fixture(scope="module")
 def model():
-  config = testing.tiny_config(tie_word_embeddings=True,
-                               max_position_embeddings=64)
-  params = models.init_params(config, jax.random.key(0))
   # Larger weights than the init: peaked logits, so argmax has no near-ties.
-  params = jax.tree.map(lambda x: x * 20.0 if x.ndim == 3 else x, params)
-  params["embed"] = params["embed"] * 20.0
-  return config, params
+  return testing.peaked_tiny_model(20.0)
 
 
 @pytest.fixture(scope="module")

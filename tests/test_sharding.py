@@ -21,6 +21,7 @@ from grpo_jax import sharding
 from grpo_jax import testing
 from grpo_jax import optim
 from grpo_jax import train
+from grpo_jax import update as update_lib
 from grpo_jax.objectives import regularisers
 
 MESHES = [(1, 8, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)]
@@ -96,7 +97,7 @@ TRACES = {}
 
 def counted_update_fn(key):
   """The trainer's update_fn (not jitted) that counts its traces."""
-  update_fn = train.make_update_fn(
+  update_fn = update_lib.make_update_fn(
       model_config=CONFIG, optimizer=OPTIMIZER, objective=OBJECTIVE,
       regularisers=[KL], microbatch_size=N // 2, chunk_size=64, jit=False)
 
@@ -347,7 +348,7 @@ def test_grouped_query_attention_update_matches_single_device():
   config = testing.tiny_config(num_heads=8, num_kv_heads=4, head_dim=8,
                                intermediate_size=128)
   model_params = models.init_params(config, jax.random.PRNGKey(0))
-  update_fn = train.make_update_fn(
+  update_fn = update_lib.make_update_fn(
       model_config=config, optimizer=OPTIMIZER, objective=OBJECTIVE,
       chunk_size=64, jit=False)
   minibatch = batch()._replace(ref_logp=None)

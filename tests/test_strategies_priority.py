@@ -448,10 +448,7 @@ def test_edge_grpo_tiny_step_corrects_all_wrong_groups():
   config.rollout.max_new_tokens = 24
   run = train.build(config)
   state = run.state
-  with jax.set_mesh(run.mesh):
-    batch, m, _ = run.rollout_fn(
-        state.params, run.ref_params, 0, jax.random.fold_in(state.key, 0),
-        {name: state.states[name] for name in rollout.STAGES})
+  batch, m, _ = testing.rollout_step(run, 0)
   assert m["rollout/corrected_groups"] > 0
   g = config.rollout.num_generations
   adv = np.asarray(batch.advantages).reshape(-1, g)

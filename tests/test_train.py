@@ -18,6 +18,7 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.objectives import regularisers
 from grpo_jax import rollout
+from grpo_jax import rollout_build
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import testing
@@ -25,6 +26,7 @@ from grpo_jax.testing import estimator_laws as laws
 from grpo_jax.testing import learning
 from grpo_jax import optim
 from grpo_jax import train
+from grpo_jax import update as update_lib
 
 VOCAB = learning.VOCAB
 TARGET = learning.TARGET  # the learning tests reward emitting this token
@@ -83,7 +85,7 @@ def setup(config, params, optimizer, objective="ppo_clip", options=None, *,
         horizon=record.horizon)
   kwargs = dict(chunk_size=16)
   kwargs.update(update_kwargs)
-  fn = train.make_update_fn(
+  fn = update_lib.make_update_fn(
       model_config=config, optimizer=optimizer, objective=record,
       regularisers=[c for k, c in components.items() if k != "objective"],
       **kwargs)
@@ -190,12 +192,13 @@ def test_ratio_statistics_merge_exactly_across_minibatches(model):
   config, params = model
   batch = random_batch(config, params, jax.random.PRNGKey(8), off_policy=0.4)
   objective = objectives.make("ppo_clip")
-  fn = train.make_update_fn(model_config=config, optimizer=optax.sgd(0.0),
-                            objective=objective,
-                            chunk_size=16)
+  fn = update_lib.make_update_fn(model_config=config,
+                                 optimizer=optax.sgd(0.0),
+                                 objective=objective,
+                                 chunk_size=16)
   state = train.init_state(jax.tree.map(jnp.copy, params), optax.sgd(0.0),
                            seed=0, components={"objective": objective})
-  halves = train.minibatches(batch, 2)
+  halves = update_lib.minibatches(batch, 2)
   records = []
   for half in halves:
     state, r = fn(state, half)
@@ -203,9 +206,9 @@ def test_ratio_statistics_merge_exactly_across_minibatches(model):
   merged = measures.values(measures.merge_all(jax.device_get(records)))
   # Independently: the ratios from the trainer's log-probs, in float64.
   start = batch.tokens.shape[1] - batch.completion_mask.shape[1]
-  logp, _ = train.policy_logprobs(params, config, batch.tokens,
-                                  batch.input_mask, start, temperature=0.9,
-                                  chunk_size=16)
+  logp, _ = batch_lib.policy_logprobs(params, config, batch.tokens,
+                                      batch.input_mask, start,
+                                      temperature=0.9, chunk_size=16)
   m = np.asarray(batch.completion_mask) > 0
   r = np.exp(np.asarray(logp, np.float64) - np.asarray(batch.old_logp))[m]
   np.testing.assert_allclose(
@@ -374,9 +377,9 @@ def test_r2vpo_dual_variable_ascends_on_the_exact_variance(model,
   batch = random_batch(config, params, jax.random.PRNGKey(6), off_policy=0.3)
   state, m = fn(fresh(), batch)
   start = batch.tokens.shape[1] - batch.completion_mask.shape[1]
-  logp, _ = train.policy_logprobs(params, config, batch.tokens,
-                                  batch.input_mask, start, temperature=0.9,
-                                  chunk_size=16)
+  logp, _ = batch_lib.policy_logprobs(params, config, batch.tokens,
+                                      batch.input_mask, start,
+                                      temperature=0.9, chunk_size=16)
   mask = np.asarray(batch.completion_mask, np.float64)
   r = np.exp(np.asarray(logp, np.float64) - np.asarray(batch.old_logp))
   var = (((r - 1.0) ** 2) * mask).sum() / mask.sum()
@@ -617,8 +620,9 @@ def test_evaluation_shaped_like_the_rollout_reuses_its_sampler():
   config.eval.batch_size = config.rollout.num_prompts
   config.eval.num_samples = config.rollout.num_generations - 1
   model_config, params, tokenizer = models.load_model("tiny", seed=0)
-  components = rollout.make_components(config)
-  rollout_fn = rollout.from_config(config, model_config, tokenizer, components)
+  components = rollout_build.make_components(config)
+  rollout_fn = rollout_build.from_config(config, model_config, tokenizer,
+                                         components)
   evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
   sampling._sample.clear_cache()  # pylint: disable=protected-access
   start = sampling.trace_count()

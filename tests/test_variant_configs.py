@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import pytest
 
 from grpo_jax import credit
-from grpo_jax import measures
 from grpo_jax import objectives
 from grpo_jax import rollout
+from grpo_jax import testing
 from grpo_jax import train
+from grpo_jax import update as update_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,16 +69,6 @@ def test_the_off_policy_papers_are_off_policy():
     assert not rollout.is_on_policy(tiny(name))
 
 
-def _gradient(run, objective, objective_state, params, minibatch,
-              corrections=()):
-  fns = train.make_loss_functions(
-      model_config=run.model_config, objective=objective,
-      corrections=corrections, chunk_size=run.config.train.chunk_size)
-  grads, _, records = train.minibatch_gradient(
-      fns, params, {"objective": objective_state}, minibatch)
-  return grads, measures.values(records)
-
-
 @pytest.mark.parametrize("name", OFF_POLICY)
 def test_the_mechanism_acts_on_the_second_minibatch(name):
   config = tiny(name)
@@ -86,46 +77,39 @@ def test_the_mechanism_acts_on_the_second_minibatch(name):
   config.objective.kwargs.update(TINY_OPTIONS.get(name, {}))
   run = train.build(config)
   state = jax.tree.map(jnp.copy, run.state)
-  with jax.set_mesh(run.mesh):
-    batch, _, _ = run.rollout_fn(
-        state.params, run.ref_params, 0, jax.random.fold_in(state.key, 0),
-        {name: state.states[name] for name in rollout.STAGES})
+  batch, _, _ = testing.rollout_step(run, 0, state=state)
   rows = batch.tokens.shape[0]
   sampled = batch.input_mask[:, -batch.completion_mask.shape[1]:]
   batch = batch._replace(
       advantages=jax.random.normal(jax.random.PRNGKey(1), (rows,)),
       completion_mask=sampled)  # dynamic sampling finds no signal here
   assert batch.old_logp is not None  # off policy: the old log-prob pass ran
-  parts = train.minibatches(batch, config.train.num_minibatches)
+  parts = update_lib.minibatches(batch, config.train.num_minibatches)
   state, _ = run.update_fn(state, parts[0])
   second = parts[1 % len(parts)]
   objective = objectives.make(config.objective.name,
                               **config.objective.kwargs)
   corrections = train.make_corrections(config)
-  grads, m = _gradient(run, objective, state.states["objective"],
-                       state.params, second, corrections)
+  grads, m = testing.loss_gradient(run, objective, state.states["objective"],
+                                   state.params, second,
+                                   corrections=corrections)
   if name in MECHANISM:
     assert MECHANISM[name](m) > 0.0, (name, m)
   if corrections:  # the corrections act: not the objective's bare gradient
-    bare, _ = _gradient(run, objective, state.states["objective"],
-                        state.params, second)
-    moved = max(float(jnp.abs(a - b).max()) for a, b in zip(
-        jax.tree.leaves(grads), jax.tree.leaves(bare)))
-    assert moved > 1e-4 * max(float(jnp.abs(b).max())
-                              for b in jax.tree.leaves(bare)), (name, moved)
+    bare, _ = testing.loss_gradient(run, objective,
+                                    state.states["objective"], state.params,
+                                    second)
+    testing.assert_trees_differ(grads, bare, rtol=1e-4, msg=name)
   reinforce = objectives.make("reinforce", aggregation=objective.aggregation,
                               horizon=objective.horizon)
-  grads_reinforce, _ = _gradient(run, reinforce, (), state.params, second)
+  grads_reinforce, _ = testing.loss_gradient(run, reinforce, (), state.params,
+                                             second)
   assert m["ratio_max"] - m["ratio_min"] > 1e-3, m
-  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_reinforce)))
-  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(
-      grads_reinforce))
-  assert diff > 1e-3 * scale, (name, diff, scale)
+  testing.assert_trees_differ(grads, grads_reinforce, rtol=1e-3, msg=name)
   if name in BINDS:
     # The clip binds where a ratio leaves the band in its advantage's
     # direction; with every advantage +1, or every one -1, one must bind.
-    fractions = [float(_gradient(
+    fractions = [float(testing.loss_gradient(
         run, objective, state.states["objective"], state.params,
         second._replace(advantages=sign * jnp.ones_like(second.advantages))
     )[1]["clip_fraction"]) for sign in (1.0, -1.0)]
@@ -144,16 +128,34 @@ SHAPER_CONFIGS = {"lcpo": "lcpo", "grpo_lead": "grpo_lead",
                   "repetition_penalty": "repetition_penalty"}
 
 
-def _coin(name):
-  """A verifier scoring 0 or 1 by a hash of (name, completion): the tiny
-  model earns no reward, and a shaper of correctness needs both kinds."""
-  import hashlib  # pylint: disable=g-import-not-at-top
+def _coins(run):
+  """`run`'s pipeline with every reward function a coin (`testing.coin`):
+  the tiny model earns no reward, and the mechanisms here need both kinds."""
+  return testing.with_verifiers(run.rollout_fn.keywords["pipeline"],
+                                testing.coin)
 
-  def fn(prompts, completions, answers):
-    del prompts, answers
-    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 2)
-            for c in completions]
-  return fn
+
+def _coin_steps(run, stage, plain_component, **plain_states):
+  """Step 0 of `run` with coin rewards, and the same step (the same key)
+  with `stage`'s component replaced by `plain_component` and the stage
+  states `plain_states`: ((batch, measures, new states), the plain batch)."""
+  pipeline = _coins(run)
+  plain = pipeline._replace(components=dict(
+      pipeline.components, **{stage: plain_component}))
+  key = jax.random.PRNGKey(3)
+  return (testing.rollout_step(run, 0, key=key, pipeline=pipeline),
+          testing.rollout_step(run, 0, key=key, pipeline=plain,
+                               **plain_states)[0])
+
+
+def _objective_gradients(run, *batches):
+  """The gradient of `run`'s configured objective on each batch, at the
+  initial params."""
+  objective = objectives.make(run.config.objective.name,
+                              **run.config.objective.kwargs)
+  state = run.state.states["objective"]
+  return [testing.loss_gradient(run, objective, state, run.state.params,
+                                batch)[0] for batch in batches]
 
 
 @pytest.mark.parametrize("name", sorted(SHAPER_CONFIGS))
@@ -162,19 +164,13 @@ def test_the_shaper_acts_in_a_tiny_step(name):
   config = tiny(name)
   config.rollout.num_generations = 4  # groups of 4: contrast, z-scores
   run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  pipeline = pipeline._replace(
-      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
-      scoring=pipeline.scoring._replace(workers=0))
-  states = {n: run.state.states[n] for n in rollout.STAGES}
+  shape = run.state.states["shape"]
   if name == "hapo_length":  # a history of 4 tokens for every problem
-    table = states["shape"][shaper]
-    states["shape"] = dict(states["shape"], **{shaper: table._replace(
+    table = shape[shaper]
+    shape = dict(shape, **{shaper: table._replace(
         history=jnp.full_like(table.history, 4.0))})
-  with jax.set_mesh(run.mesh):
-    _, m, new_states = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
-        pipeline=pipeline)
+  _, m, new_states = testing.rollout_step(
+      run, 0, key=jax.random.PRNGKey(3), pipeline=_coins(run), shape=shape)
   assert m[f"shaping/{shaper}/changed"] > 0, m
   assert m[f"shaping/{shaper}/abs_mean"] > 0, m
   assert m[f"reward_errors/{shaper}"] == 0
@@ -206,20 +202,7 @@ def test_every_credit_config_is_checked():
 def test_the_credit_rule_acts_in_a_tiny_step(name):
   config = tiny(name)
   run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  pipeline = pipeline._replace(
-      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
-      scoring=pipeline.scoring._replace(workers=0))
-  uniform = pipeline._replace(components=dict(
-      pipeline.components, credit=credit.make("uniform")))
-  states = {n: run.state.states[n] for n in rollout.STAGES}
-  with jax.set_mesh(run.mesh):
-    batch, m, _ = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
-        pipeline=pipeline)
-    plain, _, _ = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
-        pipeline=uniform)
+  (batch, m, _), plain = _coin_steps(run, "credit", credit.make("uniform"))
   assert m[f"credit/{name}/{CREDIT_MEASURES[name]}"] > 0, m
   assert jnp.array_equal(batch.tokens, plain.tokens)  # the same sample
   mask = plain.completion_mask
@@ -227,17 +210,8 @@ def test_the_credit_rule_acts_in_a_tiny_step(name):
   assert float(jnp.abs(base).max()) > 0  # the coin gives groups signal
   assert jnp.shape(batch.advantages) == mask.shape
   assert not jnp.allclose(batch.advantages * mask, base, atol=1e-6)
-  objective = objectives.make(config.objective.name,
-                              **config.objective.kwargs)
-  state = run.state.states["objective"]
-  grads, _ = _gradient(run, objective, state, run.state.params, batch)
-  grads_uniform, _ = _gradient(run, objective, state, run.state.params,
-                               plain)
-  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_uniform)))
-  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(
-      grads_uniform))
-  assert diff > 1e-3 * scale, (name, diff, scale)
+  testing.assert_trees_differ(*_objective_gradients(run, batch, plain),
+                              rtol=1e-3, msg=name)
 
 
 # -------------------------------------------------------- member filters
@@ -262,21 +236,9 @@ def test_the_member_filter_acts_in_a_tiny_step(name):
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   config = tiny(name)
   run = train.build(config)
-  pipeline = run.rollout_fn.keywords["pipeline"]
-  pipeline = pipeline._replace(
-      verifiers={n: (_coin(n), w) for n, (_, w) in pipeline.verifiers.items()},
-      scoring=pipeline.scoring._replace(workers=0))
-  unfiltered = pipeline._replace(components=dict(
-      pipeline.components, filter=strategies.make_member_filter(
-          "none", group_size=config.rollout.num_generations)))
-  states = {n: run.state.states[n] for n in rollout.STAGES}
-  with jax.set_mesh(run.mesh):
-    batch, m, new_states = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3), states,
-        pipeline=pipeline)
-    plain, _, _ = rollout.generate(
-        run.state.params, run.ref_params, 0, jax.random.PRNGKey(3),
-        dict(states, filter=()), pipeline=unfiltered)
+  (batch, m, new_states), plain = _coin_steps(
+      run, "filter", strategies.make_member_filter(
+          "none", group_size=config.rollout.num_generations), filter=())
   assert m[f"filter/{FILTER_MEASURES[name]}"] > 0, m
   assert m["filter/dropped_share"] > 0, m
   assert jnp.array_equal(batch.tokens, plain.tokens)  # the same sample
@@ -293,12 +255,5 @@ def test_the_member_filter_acts_in_a_tiny_step(name):
       "filter"].statistics == "all"), (batch.advantages, plain.advantages)
   if name == "gfpo_adaptive":  # the difficulties went into the window
     assert int(new_states["filter"].count) == config.rollout.num_prompts
-  objective = objectives.make(config.objective.name,
-                              **config.objective.kwargs)
-  state = run.state.states["objective"]
-  grads, _ = _gradient(run, objective, state, run.state.params, batch)
-  grads_plain, _ = _gradient(run, objective, state, run.state.params, plain)
-  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(grads_plain)))
-  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(grads_plain))
-  assert diff > 1e-3 * scale, (name, diff, scale)
+  testing.assert_trees_differ(*_objective_gradients(run, batch, plain),
+                              rtol=1e-3, msg=name)

@@ -1,7 +1,7 @@
 r"""Where the time goes: per-op XLA timings of decoding and of the update.
 
 Runs the real sampler (`sampling.sample`, 64 new tokens at temperature 1)
-at each batch, and the real `train.make_update_fn` step (AdamW, token_mean
+at each batch, and the real `update.make_update_fn` step (AdamW, token_mean
 PPO clip) on P prompts x G completions, each once under `jax.profiler`. Every
 XLA op's time is read from the trace and filed under a category by the
 op's source path (the `op_name` metadata of the compiled HLO: Flax module
@@ -126,13 +126,13 @@ def decode_case(batch: int, new_tokens: int):
 
 def update_case(num_prompts: int, group: int, prompt_len: int,
                 new_tokens: int):
-  """(fn, args): one `train.make_update_fn` step on a synthetic batch."""
+  """(fn, args): one `update.make_update_fn` step on a synthetic batch."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
-  from grpo_jax import models, objectives, train  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, objectives, train, update  # pylint: disable=g-import-not-at-top
   config, params, _ = models.load("smollm2-135m-instruct")
   n, s = num_prompts * group, prompt_len + new_tokens
   rng = np.random.default_rng(0)
@@ -149,7 +149,7 @@ def update_case(num_prompts: int, group: int, prompt_len: int,
       temperature=jnp.ones((n,), jnp.float32))
   optimizer = optax.adamw(1e-6)
   objective = objectives.make("ppo_clip", aggregation="token_mean")
-  update_fn = train.make_update_fn(
+  update_fn = update.make_update_fn(
       model_config=config, optimizer=optimizer, objective=objective,
       group_size=group, jit=False)
   state = train.init_state(params, optimizer, seed=0,

@@ -158,10 +158,13 @@ def check_options(name: str, options: Mapping[str, Any], *,
                   field: str = "") -> None:
   """ValueError naming the first key of `options` that `name` does not take
   (the group data it reads, such as ``valid``, is not an option; a stateful
-  estimator's state options, those of its ``init``, are)."""
+  estimator's state options, those of its ``init``, are), then its
+  metadata ``check`` on their values (an `OptionError` naming the option,
+  as ``<field>.<option>: ...``)."""
   ESTIMATORS.check_options(name, options, field=field,
                            extra=_kit.state_options(name),
                            exclude=_kit.all_reads(name))
+  ESTIMATORS.check_values(name, options, field=field)
 
 
 def meta(name: str, **options) -> dict:

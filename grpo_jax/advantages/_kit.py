@@ -41,7 +41,8 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
              shift_invariant: bool = True, reads: Tuple[str, ...] = (),
              state: Optional[StateSpec] = None, reward_range=None,
              reward_range_of="sum", min_reward_columns: int = 1,
-             members: bool = False, prompt_ids=None, examples=({},)):
+             members: bool = False, prompt_ids=None, check=None,
+             examples=({},)):
   """Registers an estimator with the metadata every estimator declares.
 
   Args:
@@ -83,6 +84,10 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       slots) takes `data.Example.index`: ``exact`` or ``hash`` (or a
       function of the options giving one); `prompt_ids.check_config` holds
       it against the task's ids.
+    check: None, or ``check(**options)`` raising `registry.OptionError`
+      (naming the option) for an out-of-range option value, state options
+      included; `advantages.check_options` runs it, so `make` and
+      `config.validate` refuse such a value before any compute.
     examples: keyword options the contract suite runs the estimator with.
   """
   return ESTIMATORS.register(
@@ -91,7 +96,7 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       independent_groups=independent_groups, shift_invariant=shift_invariant,
       reads=reads if callable(reads) else tuple(reads), state=state, reward_range=reward_range,
       reward_range_of=reward_range_of, min_reward_columns=min_reward_columns,
-      members=bool(members), prompt_ids=prompt_ids)
+      members=bool(members), prompt_ids=prompt_ids, check=check)
 
 
 def all_reads(name: str) -> Tuple[str, ...]:
@@ -126,8 +131,8 @@ def state_options(name: str) -> Tuple[str, ...]:
 
 def check_choice(argument: str, value: str, choices: Tuple[str, ...]) -> None:
   if value not in choices:
-    raise ValueError(
-        f"{argument}={value!r} is unknown; choose one of {', '.join(choices)}.")
+    raise registry.OptionError(argument, f"{argument}={value!r} is unknown; "
+                               f"choose one of {', '.join(choices)}.")
 
 
 def check_rewards(rewards, rank: int, letters: str) -> jnp.ndarray:

@@ -8,12 +8,15 @@ arrays made by its ``*_init(...)``; the trainer keeps it in
 (``valid`` False) get 0 and never write to the state.
 """
 
+import math
+import numbers
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import prompt_ids as prompt_ids_lib
+from grpo_jax import registry
 from grpo_jax.advantages import _kit
 
 # ---------------------------------------------------------------------- SPO
@@ -51,16 +54,20 @@ def spo_prior(successes, samples, *, rho_min: float = 0.875):
 
 
 def check_offline_init(offline_init, rho_min: float = 0.875) -> None:
-  """ValueError unless `offline_init` (n offline samples per problem) is an
-  integer >= 0 and, when > 0, N_init = 1 / (1 - rho_min) is finite."""
+  """`registry.OptionError` (a ValueError) unless `offline_init` (n offline
+  samples per problem) is an integer >= 0 and, when > 0, N_init = 1 /
+  (1 - rho_min) is finite."""
   if isinstance(offline_init, bool) or not isinstance(
       offline_init, (int, np.integer)) or offline_init < 0:
-    raise ValueError(
+    raise registry.OptionError(
+        "offline_init",
         f"offline_init={offline_init!r} must be an integer >= 0 (0: off, "
         "the prior alpha = beta = 0.5; n > 0: n samples of every training "
-        "problem under the initial policy, 8 in the paper).")
+        "problem under the initial policy, 8 in the paper); set 0 or an "
+        "integer n > 0.")
   if offline_init and not rho_min < 1.0:
-    raise ValueError(
+    raise registry.OptionError(
+        "offline_init",
         f"offline_init={offline_init!r} with rho_min={rho_min!r}: the "
         "prior's weight N_init = 1 / (1 - rho_min) is infinite; set "
         "rho_min < 1 or offline_init=0.")
@@ -117,10 +124,7 @@ def spo_offline(state: SPOState, profile, indices, *, offline_init: int = 0,
 
 def spo_init(*, capacity: int = 1024) -> SPOState:
   """Every slot at the n = 0 prior alpha = beta = 0.5 (`spo_prior`)."""
-  if not isinstance(capacity, int) or capacity < 1:
-    raise ValueError(
-        f"capacity={capacity!r} must be an integer >= 1 (one slot per "
-        "problem of the task, data.Example.index).")
+  prompt_ids_lib.check_capacity(capacity)
   half = jnp.full((capacity,), 0.5, jnp.float32)
   return SPOState(alpha=half, beta=half)
 
@@ -191,17 +195,53 @@ def spo_advantages(rewards, values, valid, *, eps: float = 1e-8):
   return jnp.where(count > 1, normalised, raw)
 
 
+def _check_number(key: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise registry.OptionError(key, f"{key}={value!r} must be a real "
+                               "number; set a number.")
+
+
 def _check_spo_options(rho, rho_value, rho_min, rho_max, d_half) -> None:
+  """`registry.OptionError` naming the first option out of range (each
+  checked whatever `rho` is: a typo in an unused one is still a typo)."""
   _kit.check_choice("rho", rho, SPO_RHO)
+  for key, value in (("rho_value", rho_value), ("rho_min", rho_min),
+                     ("rho_max", rho_max), ("d_half", d_half)):
+    _check_number(key, value)
+  # NaN fails each comparison below.
   if not 0.0 < rho_value <= 1.0:
-    raise ValueError(f"rho_value={rho_value!r} must lie in (0, 1].")
+    raise registry.OptionError(
+        "rho_value", f"rho_value={rho_value!r} must lie in (0, 1]; set the "
+        "constant forgetting factor in (0, 1], such as the paper's 0.875.")
   if not 0.0 < rho_min <= rho_max <= 1.0:
-    raise ValueError(
+    raise registry.OptionError(
+        "rho_min" if not 0.0 < rho_min <= 1.0 else "rho_max",
         f"rho_min={rho_min!r} and rho_max={rho_max!r} must satisfy "
-        "0 < rho_min <= rho_max <= 1 (the KL-adaptive rho's clip).")
+        "0 < rho_min <= rho_max <= 1 (the KL-adaptive rho's clip); set "
+        "them so, such as the paper's 0.875 and 0.96.")
   if not d_half > 0.0:
-    raise ValueError(f"d_half={d_half!r} must be > 0 (the divergence that "
-                     "halves the tracker's memory).")
+    raise registry.OptionError(
+        "d_half", f"d_half={d_half!r} must be > 0 (the divergence that "
+        "halves the tracker's memory); set one such as the paper's 0.06.")
+
+
+def check_spo(*, rho: str = "constant", rho_value: float = 0.875,
+              rho_min: float = 0.875, rho_max: float = 0.96,
+              d_half: float = 0.06, eps: float = 1e-8,
+              prompt_ids: str = "exact", offline_init: int = 0,
+              capacity: int = 1024) -> None:
+  """SPO's option values, state options included (registry metadata
+  ``check``): `config.validate` and `advantages.make` refuse a bad one
+  before any compute, naming it (`registry.OptionError`)."""
+  _check_spo_options(rho, rho_value, rho_min, rho_max, d_half)
+  _check_number("eps", eps)
+  if not 0.0 <= eps < math.inf:
+    raise registry.OptionError("eps", f"eps={eps!r} must be finite and >= 0 "
+                               "(added to the batch std); set one such as "
+                               "1e-8.")
+  prompt_ids_lib.check_mode(prompt_ids)
+  check_offline_init(offline_init, rho_min)
+  prompt_ids_lib.check_capacity(capacity)
 
 
 def _spo_reads(rho="constant", **_):
@@ -221,7 +261,7 @@ def _spo_reads(rho="constant", **_):
     shift_invariant=False, reward_range=(0.0, 1.0),
     reads=_spo_reads,
     state=_kit.StateSpec(init=spo_init, offline=spo_offline),
-    prompt_ids=prompt_ids_lib.prompt_ids_option,
+    prompt_ids=prompt_ids_lib.prompt_ids_option, check=check_spo,
     examples=({"capacity": 8}, {"capacity": 4, "rho_value": 0.5},
               {"capacity": 8, "rho": "kl_adaptive"},
               {"capacity": 2, "prompt_ids": "hash"},

@@ -30,8 +30,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Tuple
 
 import jax
 
-from grpo_jax.credit._kit import (CREDIT, READS, STATIC_READS, Credited,
-                                  OptionError)
+from grpo_jax.credit._kit import CREDIT, READS, STATIC_READS, Credited
 from grpo_jax.credit.entropy import ah_grpo, egspo, sa_ah_grpo
 from grpo_jax.credit.group import gtpo, t_spmo
 
@@ -74,14 +73,7 @@ def check_options(name: str, options: Mapping[str, Any], *,
           f"{where}credit rule {name!r} receives {key!r} from the rollout at "
           "every step, so it is not an option; remove it.")
   CREDIT.check_options(name, options, field=field, exclude=reads)
-  check = meta(name).get("check")
-  if check is None:
-    return
-  try:
-    check(**options)
-  except OptionError as e:
-    raise OptionError(e.key, f"{field}.{e.key}: {e}" if field else str(e)
-                      ) from None
+  CREDIT.check_values(name, options, field=field)
 
 
 def make(name: str, **options) -> Credit:

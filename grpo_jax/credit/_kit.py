@@ -57,12 +57,8 @@ class Credited(NamedTuple):
   measures: Mapping[str, Any] = {}
 
 
-class OptionError(ValueError):
-  """A bad option value; `key` names the option."""
-
-  def __init__(self, key: str, message: str):
-    super().__init__(message)
-    self.key = key
+# A bad option value, naming the option: shared with the other registries.
+OptionError = registry.OptionError
 
 
 def check_real(key: str, value, *, low=None, high=None, low_open=False,

@@ -29,9 +29,9 @@ weighs by the sampler itself); `make(name, **options)` returns the bound
 `Objective` record the trainer drives. `regularisers` holds the terms
 added to any objective (KL, MDP-GRPO's asymmetric KL, LLDS). The math and its
 sources are in OBJECTIVES.md. `corrections` holds the token weights and
-masks (TIS, MIS, ICEPOP, OPSM, top-entropy) that compose with every
-objective taking ``token_weights`` (all but r2vpo); `entropy` the
-entropy-bonus regulariser.
+masks (TIS, MIS, ICEPOP, OPSM; the top-entropy mask in `entropy_mask`)
+that compose with every objective taking ``token_weights`` (all but r2vpo);
+`entropy` the entropy-bonus regulariser.
 
 A new objective is one function in a family file with the decorator; it
 takes corrections by handing ``token_weights`` to `_kit.token_objective`
@@ -54,6 +54,7 @@ from grpo_jax.objectives import corrections
 from grpo_jax.objectives import covariance
 from grpo_jax.objectives import divergence
 from grpo_jax.objectives import entropy
+from grpo_jax.objectives import entropy_mask
 from grpo_jax.objectives import influence
 from grpo_jax.objectives import offpolicy
 from grpo_jax.objectives import penalised

@@ -213,9 +213,22 @@ def dual_clip(term, cut, advantages, c):
   return jnp.where(advantages < 0, jnp.minimum(term, cap), term), cut
 
 
+def check_choice(name: str, value, choices):
+  """ValueError naming `name` and the choices unless `value` is one."""
+  if value not in choices:
+    raise ValueError(f"{name}={value!r} is unknown; choose one of "
+                     f"{', '.join(choices)}.")
+
+
 def check_band(clip_low, clip_high):
   check_hparam("clip_low", clip_low, low=0.0)
   check_hparam("clip_high", clip_high, low=0.0)
+
+
+def check_dual_clip(c):
+  """The dual clip's c: None (off) or a finite number > 1."""
+  if c is not None:
+    check_hparam("dual_clip", c, low=1.0, strict=True)
 
 
 def ppo_term(ratio, advantages, clip_low, clip_high):
@@ -225,6 +238,12 @@ def ppo_term(ratio, advantages, clip_low, clip_high):
   cut = (((advantages > 0) & (ratio > 1.0 + clip_high))
          | ((advantages < 0) & (ratio < 1.0 - clip_low)))
   return term, cut
+
+
+def dual_clipped_ppo_term(ratio, advantages, clip_low, clip_high, c):
+  """`ppo_term`, then `dual_clip` at c (None: off): (term, cut)."""
+  return dual_clip(*ppo_term(ratio, advantages, clip_low, clip_high),
+                   advantages, c)
 
 
 def row_advantages(batch: Batch):

@@ -128,16 +128,15 @@ def hapo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
   _kit.check_band(clip_low, clip_high)
   _kit.check_hparam("clip_alpha", clip_alpha, low=0.0)
   _kit.check_hparam("adv_beta", adv_beta, low=0.0)
-  if dual_clip is not None:
-    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  _kit.check_dual_clip(dual_clip)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   h_hat = check_entropy_hat(entropy_hat, batch.mask)
   ratio = batch.ratio
   eps_low, eps_high = adaptive_bands(h_hat, clip_low, clip_high, clip_alpha)
   adv = redistributed_advantages(batch.advantages, h_hat, ratio, eps_low,
                                  eps_high, adv_beta)
-  term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, adv, eps_low, eps_high),
-                             adv, dual_clip)
+  term, cut = _kit.dual_clipped_ppo_term(ratio, adv, eps_low, eps_high,
+                                         dual_clip)
   extra = {"redistributed": measures.Mean.of(adv != batch.advantages,
                                              batch.mask),
            "entropy_hat": measures.Moments.of(h_hat, batch.mask)}

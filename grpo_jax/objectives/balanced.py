@@ -115,9 +115,7 @@ def _check_search(rho0, balance):
     raise ValueError(
         f"rho0 must be in (0, 1) (the positive share of the balance); got "
         f"{rho0}.")
-  if balance not in BAPO_BALANCES:
-    raise ValueError(
-        f"balance={balance!r} is unknown; choose one of {BAPO_BALANCES}.")
+  _kit.check_choice("balance", balance, BAPO_BALANCES)
   return rho0
 
 
@@ -146,9 +144,7 @@ def bapo_balance_sums(ratio, advantages, mask, grids: BapoGrids, *,
     grids: `bapo_grids(...)`.
     balance: one of `BAPO_BALANCES`.
   """
-  if balance not in BAPO_BALANCES:
-    raise ValueError(
-        f"balance={balance!r} is unknown; choose one of {BAPO_BALANCES}.")
+  _kit.check_choice("balance", balance, BAPO_BALANCES)
   ratio, advantages = jax.lax.stop_gradient((ratio, advantages))
   real = jnp.asarray(mask) > 0
   low, high = jnp.asarray(grids.low), jnp.asarray(grids.high)
@@ -315,8 +311,7 @@ def bapo(logp, old_logp, advantages, mask, *, low_start=0.6, low_max=0.9,
                      high_start=high_start, high_max=high_max,
                      high_step=high_step)
   rho0 = _check_search(rho0, balance)
-  if dual_clip is not None:
-    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  _kit.check_dual_clip(dual_clip)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   a, ratio = batch.advantages, batch.ratio
   if pos_sums is None or neg_sums is None:

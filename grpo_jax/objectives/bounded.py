@@ -58,8 +58,7 @@ def ce_gppo(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
   _kit.check_band(clip_low, clip_high)
   _kit.check_hparam("beta_low", beta_low, low=0.0)
   _kit.check_hparam("beta_high", beta_high, low=0.0)
-  if dual_clip is not None:
-    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  _kit.check_dual_clip(dual_clip)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   a, ratio, x = batch.advantages, batch.ratio, batch.log_ratio
   unit = jnp.exp(x - jax.lax.stop_gradient(x))

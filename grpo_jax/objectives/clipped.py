@@ -63,8 +63,7 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
   """
   agg.check_mode(aggregation, horizon)
   _kit.check_band(clip_low, clip_high)
-  if dual_clip is not None:
-    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  _kit.check_dual_clip(dual_clip)
   if delta is not None:
     _kit.check_hparam("delta", delta, low=1.0, strict=True)
     if (isinstance(delta, numbers.Real) and isinstance(clip_high, numbers.Real)
@@ -76,8 +75,8 @@ def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
     dual_clip = delta if dual_clip is None else min(dual_clip, delta)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   a, ratio = batch.advantages, batch.ratio
-  term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, a, clip_low, clip_high),
-                             a, dual_clip)
+  term, cut = _kit.dual_clipped_ppo_term(ratio, a, clip_low, clip_high,
+                                         dual_clip)
   return _kit.token_objective(term, batch, aggregation=aggregation,
                               horizon=horizon, clipped=cut, ratio=ratio,
                               token_weights=token_weights)

@@ -1,6 +1,8 @@
 """Token weights and masks that compose with any objective: sampler-mismatch
-importance sampling (TIS, MIS, ICEPOP), DeepSeek-V3.2's off-policy sequence
-mask (OPSM) and the top-entropy token mask.
+importance sampling (TIS, MIS, ICEPOP) and DeepSeek-V3.2's off-policy
+sequence mask (OPSM). Other modules register more with `register`:
+`entropy_mask` (the top-entropy token mask), `rejection` (verl's rejection
+masks), `influence` (FIPO).
 
 A correction is a pure function of arrays
 
@@ -8,7 +10,7 @@ A correction is a pure function of arrays
 
 whose ``weights`` [N, T] (float32, detached, 0 under padding) multiply each
 token's loss term: 1 leaves a token as it was, 0 masks it. The trainer
-(`train.make_loss_functions`) computes every configured correction on each
+(`update.make_loss_functions`) computes every configured correction on each
 microbatch, multiplies their weights and passes the product to the
 objective's explicit keyword (``objective.loss(..., token_weights=w)``, then
 the pure function's ``token_weights=``), which weighs each token's term
@@ -163,11 +165,19 @@ def sampler_log_ratio(mask, old_logp, sampler_logp):
   return real, jnp.where(real, x, 0.0)
 
 
+def _sampler_ratio(mask, old_logp, sampler_logp, sequence=None):
+  """(real [N, T] bool, rho = pi_old / mu on real tokens, 1 on padding):
+  each token's own ratio, or with `sequence` (one of SEQUENCE_RATIOS) its
+  row's on every token of the row."""
+  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
+  if sequence is not None:
+    x = _sequence_log_ratio(real, x, sequence)
+  return real, jnp.exp(x)
+
+
 def _sequence_log_ratio(real, x, how: str):
   """[N, T] the row's log IS ratio on each of its real tokens."""
-  if how not in SEQUENCE_RATIOS:
-    raise ValueError(
-        f"ratio={how!r} is unknown; choose one of {', '.join(SEQUENCE_RATIOS)}.")
+  _kit.check_choice("ratio", how, SEQUENCE_RATIOS)
   total = x.sum(axis=-1, keepdims=True)
   lengths = jnp.maximum(real.sum(axis=-1, keepdims=True), 1)
   row = {"product": total, "geometric": total / lengths}[how]
@@ -223,8 +233,8 @@ def tis(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0):
     TokenWeights (truncated: rho outside [c_min, c_max]; statistic: rho).
   """
   check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  return _truncate(real, jnp.exp(x), c_min, c_max)
+  return _truncate(*_sampler_ratio(mask, old_logp, sampler_logp), c_min,
+                   c_max)
 
 
 @register(
@@ -255,9 +265,8 @@ def tis_sequence(mask, *, old_logp, sampler_logp, c_max=2.0, c_min=0.0,
     TokenWeights (statistic: rho_i on the row's tokens).
   """
   check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  return _truncate(real, jnp.exp(_sequence_log_ratio(real, x, ratio)), c_min,
-                   c_max)
+  return _truncate(*_sampler_ratio(mask, old_logp, sampler_logp, ratio),
+                   c_min, c_max)
 
 
 @register(
@@ -285,8 +294,8 @@ def mis(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0):
     TokenWeights (statistic: rho).
   """
   check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  return _band_mask(real, jnp.exp(x), c_min, c_max)
+  return _band_mask(*_sampler_ratio(mask, old_logp, sampler_logp), c_min,
+                    c_max)
 
 
 @register(
@@ -314,8 +323,7 @@ def mis_sequence(mask, *, old_logp, sampler_logp, c_min=0.0, c_max=3.0,
     TokenWeights (statistic: rho_i on the row's tokens).
   """
   check_bounds("c_min", c_min, "c_max", c_max)
-  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  return _band_mask(real, jnp.exp(_sequence_log_ratio(real, x, ratio)),
+  return _band_mask(*_sampler_ratio(mask, old_logp, sampler_logp, ratio),
                     c_min, c_max)
 
 
@@ -344,8 +352,7 @@ def icepop(mask, *, old_logp, sampler_logp, low=0.5, high=5.0):
     TokenWeights (statistic: rho).
   """
   check_bounds("low", low, "high", high)
-  real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  return _band_mask(real, jnp.exp(x), low, high)
+  return _band_mask(*_sampler_ratio(mask, old_logp, sampler_logp), low, high)
 
 
 # ------------------------------------------------------- policy drift
@@ -392,79 +399,6 @@ def opsm(mask, *, logp, sampler_logp, advantages, delta=0.5):
   weights = jnp.where(real & ~drop[:, None], 1.0, 0.0)
   return TokenWeights(weights, jnp.zeros_like(real),
                       jnp.where(real, drift[:, None], 0.0))
-
-
-# ----------------------------------------------------------- entropy
-
-
-def masked_quantile(values, mask, q):
-  """The q-quantile of `values` over the entries with mask > 0, linearly
-  interpolated between order statistics (``torch.quantile``'s and
-  ``jnp.quantile``'s default); +inf when no entry is real."""
-  values = jnp.asarray(values, jnp.float32).ravel()
-  real = jnp.asarray(mask).ravel() > 0
-  k = real.sum()
-  ordered = jnp.sort(jnp.where(real, values, jnp.inf))
-  position = q * jnp.maximum(k - 1, 0).astype(jnp.float32)
-  below = jnp.floor(position).astype(jnp.int32)
-  above = jnp.minimum(below + 1, jnp.maximum(k - 1, 0))
-  low, high = ordered[below], ordered[above]
-  value = low + (position - below) * jnp.where(above > below, high - low, 0.0)
-  return jnp.where(k > 0, value, jnp.inf)
-
-
-def _check_rho(rho):
-  check_number("rho", rho, low=0.0)
-  if isinstance(rho, numbers.Real) and rho > 1.0:
-    raise ValueError(f"rho must be in [0, 1]; got {rho!r}.")
-
-
-def top_entropy_threshold(mask, *, entropy, rho=0.2):
-  """{"entropy_threshold": the (1 - rho)-quantile of `entropy` over the
-  real tokens of `mask`}: `top_entropy`'s statistic of a whole minibatch,
-  computed once and fixed for its microbatches."""
-  _check_rho(rho)
-  return {"entropy_threshold": masked_quantile(
-      jax.lax.stop_gradient(entropy), mask, 1.0 - rho)}
-
-
-@register(
-    level="token", reads=("entropy",), statistic="entropy",
-    paper="Beyond the 80/20 rule, arXiv 2506.01939; TRL "
-    "top_entropy_quantile",
-    prepass=top_entropy_threshold, provides=("entropy_threshold",),
-    examples=({}, {"rho": 0.5}, {"rho": 1.0}))
-def top_entropy(mask, *, entropy, rho=0.2, entropy_threshold=None):
-  """Trains only the top-rho share of tokens by entropy (the forking tokens).
-
-    tau = the (1 - rho)-quantile of H over the minibatch's real tokens
-    w_t = 1 if H_t >= tau else 0
-
-  H is the current policy's entropy at each position (the trainer's forward
-  computes it, at the sampling temperature). Wang et al., arXiv 2506.01939:
-  rho = 0.2. TRL ``top_entropy_quantile`` (the same threshold, linear
-  quantile; 1.0 keeps every token, 0.0 only the highest). The quantile is
-  over the whole minibatch: with several microbatches the trainer computes
-  it first (`top_entropy_threshold`) and passes it as `entropy_threshold`.
-
-  Args:
-    mask: [N, T] loss tokens.
-    entropy: [N, T] the current policy's entropies (detached here).
-    rho: the share of tokens kept, in [0, 1].
-    entropy_threshold: tau from the minibatch's pre-pass, or None (then
-      the quantile of these rows).
-
-  Returns:
-    TokenWeights (statistic: H).
-  """
-  _check_rho(rho)
-  real, a = real_arrays(mask, entropy=entropy)
-  if entropy_threshold is None:
-    entropy_threshold = top_entropy_threshold(mask, entropy=a["entropy"],
-                                              rho=rho)["entropy_threshold"]
-  keep = real & (a["entropy"] >= entropy_threshold)
-  return TokenWeights(keep.astype(jnp.float32), jnp.zeros_like(real),
-                      a["entropy"])
 
 
 # ---------------------------------------------------------- the record

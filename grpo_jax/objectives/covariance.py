@@ -22,12 +22,13 @@ result is the one-shot one whatever the microbatching.
 
 Clip-Cov's random draw (the paper's rule, ``clip_cov_rule="random"``)
 needs a key: the objective carries it as its state (`ClipCovState`,
-seeded by the ``seed`` option, advanced once per optimiser step and
-checkpointed like any component state), so no batch field or trainer
-argument changes. A token's uniform depends on its (row, column) in the
-minibatch, which a microbatch's rows do not know: the draw takes the
-minibatch in one microbatch (validation rejects a ``train.microbatch_size``
-that splits it; the ``top`` rule has no such limit).
+from the run's seed, or ``PRNGKey(seed)`` with the ``seed`` option set;
+advanced once per optimiser step and checkpointed like any component
+state), so no batch field or trainer argument changes. A token's uniform
+depends on its (row, column) in the minibatch, which a microbatch's rows
+do not know: the draw takes the minibatch in one microbatch (validation
+rejects a ``train.microbatch_size`` that splits it; the ``top`` rule has
+no such limit).
 """
 
 import numbers
@@ -124,11 +125,17 @@ class ClipCovState(NamedTuple):
   key: jnp.ndarray
 
 
-def clip_cov_init(seed: int = 0) -> ClipCovState:
-  if not isinstance(seed, int) or isinstance(seed, bool):
-    raise ValueError(f"seed={seed!r} must be an integer (the key of "
-                     "Clip-Cov's random draw).")
-  return ClipCovState(key=jax.random.PRNGKey(seed))
+def clip_cov_init(seed: Optional[int] = None, key=None) -> ClipCovState:
+  """The draw's first key: ``PRNGKey(seed)`` when `seed` is set; else the
+  run's `key` (the trainer's, from ``config.seed``: `Objective.init`), and
+  ``PRNGKey(0)`` outside a run."""
+  if seed is not None and (not isinstance(seed, int)
+                           or isinstance(seed, bool)):
+    raise ValueError(f"seed={seed!r} must be an integer or None (the key "
+                     "of Clip-Cov's random draw; None: the run's seed).")
+  if seed is None and key is not None:
+    return ClipCovState(key=jnp.asarray(key))
+  return ClipCovState(key=jax.random.PRNGKey(0 if seed is None else seed))
 
 
 def _clip_cov_update(state: ClipCovState, step_measures) -> ClipCovState:
@@ -241,12 +248,13 @@ def clip_cov(logp, old_logp, advantages, mask, *, clip_low=0.2,
   (``torch.randperm`` over C, the first k): each token gets a uniform from
   `key` and its (row, column) (`token_uniforms`), and the k smallest among
   C are dropped. The key is the objective's state (`ClipCovState`, from
-  ``seed``, a fresh one each optimiser step), so it needs the minibatch in
-  one microbatch (module docstring). ``"top"`` drops the k of highest
-  covariance in C instead: deterministic, exact under microbatching, a
-  **reconstruction** (it restrains the strongest tokens of the band rather
-  than a random share). Covariance and share over the minibatch, where
-  verl uses the micro-batch.
+  the run's seed, or ``seed`` when set; a fresh one each optimiser step),
+  so it needs the minibatch in one microbatch (module docstring).
+  ``"top"`` drops the k of highest covariance in C instead:
+  deterministic, exact under microbatching, a **reconstruction** (it
+  restrains the strongest tokens of the band rather than a random share).
+  Covariance and share over the minibatch, where verl uses the
+  micro-batch.
 
   clip_fraction: real tokens PPO's clip cut or the covariance rule
   dropped. cov_selected (extra): the share dropped (verl's pg_clipfrac).

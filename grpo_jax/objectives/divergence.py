@@ -21,7 +21,7 @@ _BINARY_EPS = 1e-8
 TOPK_MASS_FLOOR = 1e-12
 # What `dppo_topk` reads beside (logp, old_logp, adv, mask): the sampler's
 # log-probs of its tokens and of its top-K ids, and the policy's at those
-# ids (the trainer's chunked pass gathers them, `train.batch_arrays`).
+# ids (the trainer's chunked pass gathers them, `update.batch_arrays`).
 TOPK_READS = ("sampler_logp", "sampler_topk_logp", "topk_logp")
 
 
@@ -108,9 +108,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  if anchor not in DPPO_ANCHORS:
-    raise ValueError(
-        f"anchor={anchor!r} is unknown; choose one of {DPPO_ANCHORS}.")
+  _kit.check_choice("anchor", anchor, DPPO_ANCHORS)
   delta_low, delta_high = _thresholds(divergence, delta_low, delta_high,
                                       is_cap)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
@@ -131,9 +129,7 @@ def dppo(logp, old_logp, advantages, mask, *, divergence="tv",
 def _thresholds(divergence, delta_low, delta_high, is_cap):
   """DPPO's (delta_low, delta_high), None meaning the divergence's default,
   with the divergence and the three options checked."""
-  if divergence not in _VALID:
-    raise ValueError(f"divergence={divergence!r} is unknown; choose one of "
-                     f"{tuple(_VALID)}.")
+  _kit.check_choice("divergence", divergence, tuple(_VALID))
   delta_low = DPPO_DELTA[divergence] if delta_low is None else delta_low
   delta_high = DPPO_DELTA[divergence] if delta_high is None else delta_high
   _kit.check_hparam("delta_low", delta_low, low=0.0)

@@ -132,15 +132,14 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
   _kit.check_band(clip_low, clip_high)
   if is_cap is not None:
     _kit.check_hparam("is_cap", is_cap, low=0.0, strict=True)
-  if dual_clip is not None:
-    _kit.check_hparam("dual_clip", dual_clip, low=1.0, strict=True)
+  _kit.check_dual_clip(dual_clip)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   old = batch.old_logp
   mu = behaviour_logp(sampler_logp, old, batch.mask)
   weight, truncated = _capped(_kit.clipped_log_ratio(old, mu), is_cap)
   a, ratio = batch.advantages, batch.ratio
-  term, cut = _kit.dual_clip(*_kit.ppo_term(ratio, a, clip_low, clip_high),
-                             a, dual_clip)
+  term, cut = _kit.dual_clipped_ppo_term(ratio, a, clip_low, clip_high,
+                                         dual_clip)
   return _kit.token_objective(
       weight * term, batch, aggregation=aggregation, horizon=horizon,
       clipped=cut, ratio=ratio, token_weights=token_weights,
@@ -148,9 +147,7 @@ def decoupled_ppo(logp, old_logp, advantages, mask, *, clip_low=0.2,
 
 
 def _check_f_tis_filter(band_low, band_high, filter):  # pylint: disable=redefined-builtin
-  if filter not in FTIS_FILTERS:
-    raise ValueError(
-        f"filter={filter!r} is unknown; choose one of {FTIS_FILTERS}.")
+  _kit.check_choice("filter", filter, FTIS_FILTERS)
   _kit.check_hparam("band_low", band_low, low=0.0, strict=True)
   _kit.check_hparam("band_high", band_high, low=1.0)
   if isinstance(band_low, numbers.Real) and band_low > 1.0:

@@ -128,9 +128,7 @@ def r2vpo(logp, old_logp, advantages, mask, *, lam=0.0, delta=R2VPO_DELTA,
     (loss, ObjectiveAux).
   """
   agg.check_mode(aggregation, horizon)
-  if center not in R2VPO_CENTERS:
-    raise ValueError(
-        f"center={center!r} is unknown; choose one of {R2VPO_CENTERS}.")
+  _kit.check_choice("center", center, R2VPO_CENTERS)
   batch = _kit.prepare(logp, old_logp, advantages, mask)
   ratio = batch.ratio
   surrogate = agg.sum_and_count(-ratio * batch.advantages, batch.mask,

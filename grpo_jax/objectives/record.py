@@ -25,7 +25,10 @@ class Objective(NamedTuple):
       `SEQUENCE_AGGREGATION`); a KL term beside it uses the same.
     reads: extra batch arrays the loss takes as keywords
       (``sampler_logp``).
-    init: ``init() -> state`` (``()`` for stateless objectives).
+    init: ``init(key=None) -> state`` (``()`` for stateless objectives);
+      `key` is the run's PRNG key for the state's own randomness (the
+      trainer folds it from ``config.seed``: `train.init_state`), passed to
+      a `StateSpec.init` that takes ``key=`` (Clip-Cov's draw).
     loss: ``loss(state, logp, old_logp, advantages, mask, *, batch_stats,
       token_weights=None, **extra) -> (loss, ObjectiveAux)``; with
       `token_weights` [N, T] (detached, `objectives.corrections`) each
@@ -67,6 +70,9 @@ class Objective(NamedTuple):
 
 # The keyword through which an objective takes corrections' weights.
 TOKEN_WEIGHTS = "token_weights"
+# The keyword through which a state's init takes the run's key (never an
+# option: `Objective.init`).
+STATE_KEY = "key"
 # How a loss takes them, by the objective's level.
 _WEIGHTING = {"token": "token", "sequence": "row"}
 
@@ -95,7 +101,7 @@ def state_options(name: str) -> Tuple[str, ...]:
     for key, p in inspect.signature(fn).parameters.items():
       if (p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
           and p.default is not p.empty and key not in loss_options
-          and key not in found):
+          and key != STATE_KEY and key not in found):
         found.append(key)
   return tuple(found)
 
@@ -169,8 +175,14 @@ def make(name: str, **options) -> Objective:
   weighs = weighs(**resolved) if callable(weighs) else weighs
   takes = weighting(name)
 
-  def init():
-    return () if spec is None else spec.init(**_accepted(spec.init, options))
+  def init(key=None):
+    if spec is None:
+      return ()
+    kwargs = _accepted(spec.init, options)
+    if key is not None and STATE_KEY in inspect.signature(
+        spec.init).parameters:
+      kwargs[STATE_KEY] = key
+    return spec.init(**kwargs)
 
   def loss(state, logp, old_logp, advantages, mask, *, batch_stats=None,
            token_weights=None, **extra):

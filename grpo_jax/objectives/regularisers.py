@@ -19,6 +19,7 @@ from grpo_jax import aggregation as agg
 from grpo_jax import kl as kl_lib
 from grpo_jax import measures
 from grpo_jax import registry
+from grpo_jax.objectives._kit import check_choice
 from grpo_jax.objectives._kit import check_hparam
 
 REGULARISERS = registry.Registry("regulariser", positional=("logp", "mask"))
@@ -189,8 +190,7 @@ def llds(logp, mask, *, advantages, old_logp=None, lam=0.2, gate="action",
     penalty, "llds_gated": Mean share of real tokens in an active gate of
     the preserving set}).
   """
-  if gate not in LLDS_GATES:
-    raise ValueError(f"gate={gate!r} is unknown; choose one of {LLDS_GATES}.")
+  check_choice("gate", gate, LLDS_GATES)
   check_coefficient("lam", lam)
   real = jnp.asarray(mask) > 0
   logp = jnp.where(real, jnp.asarray(logp, jnp.float32), 0.0)

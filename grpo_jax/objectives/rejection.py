@@ -18,6 +18,7 @@ decoupled PPO, F-TIS) without counting the ratio twice.
 
 import jax.numpy as jnp
 
+from grpo_jax.objectives import _kit
 from grpo_jax.objectives import corrections
 
 STATISTICS = ("k1", "k2", "k3")
@@ -38,9 +39,7 @@ def _bounds(statistic, low, high):
   """(low, high) resolved: for K1 ratio bounds (low None: 1 / high, verl's
   rule for a single threshold); for K2 / K3 an upper bound only. A
   ValueError naming the option otherwise."""
-  if statistic not in STATISTICS:
-    raise ValueError(f"statistic={statistic!r} is unknown; choose one of "
-                     f"{', '.join(STATISTICS)}.")
+  _kit.check_choice("statistic", statistic, STATISTICS)
   corrections.check_number("high", high, low=0.0, strict=True)
   if statistic != "k1":
     if low is not None:
@@ -114,9 +113,7 @@ def rejection(mask, *, old_logp, sampler_logp, statistic="k1", low=None,
 def row_statistic(value, real, aggregate: str):
   """[N] the row's sum, mean or max of `value` over its real tokens (0 for
   a row without any)."""
-  if aggregate not in AGGREGATES:
-    raise ValueError(f"aggregate={aggregate!r} is unknown; choose one of "
-                     f"{', '.join(AGGREGATES)}.")
+  _kit.check_choice("aggregate", aggregate, AGGREGATES)
   total = jnp.where(real, value, 0.0).sum(axis=-1)
   if aggregate == "sum":
     return total

@@ -7,7 +7,7 @@ LoRA run's frozen base, the reference params when ``kl.beta > 0``. It then
 lowers and compiles, with `jax.ShapeDtypeStruct` inputs carrying the
 shardings the trainer gives them, every program one step runs on the mesh:
 
-* ``update``: the trainer's update_fn (`train.make_update_fn`) on one
+* ``update``: the trainer's update_fn (`update.make_update_fn`) on one
   minibatch, the state donated and laid out as `sharding.jit_sharded` does;
 * ``sample``: `sampling.sample` (prefill, then the decode loop) at the
   rollout's shapes, the prompts padded to the largest prompt bucket;

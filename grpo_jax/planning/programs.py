@@ -23,6 +23,7 @@ from grpo_jax import rollout as rollout_lib
 from grpo_jax import sampling
 from grpo_jax import sharding
 from grpo_jax import train as train_lib
+from grpo_jax import update as update_lib
 from grpo_jax.models import lora
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax.planning.architectures import model_config_from_name, param_count
@@ -151,7 +152,7 @@ class Training(NamedTuple):
     state: the `TrainState`; ``state.params`` are what trains.
     frozen: a LoRA run's frozen base params, else None.
     ref_params: the KL reference (LoRA: the frozen base itself), else None.
-    update_fn: ``train.make_update_fn(..., jit=False)``.
+    update_fn: ``update.make_update_fn(..., jit=False)``.
     components: `train.make_components(config)`.
     group_size: rows per shared prompt in the update and the log-prob
       passes (`train.update_group_size`: 1 under an active budget stage).
@@ -209,7 +210,7 @@ def abstract_training(config, model_config: models.ModelConfig) -> Training:
   if regularisers:
     ref_params = frozen if frozen is not None else params
   group_size = train_lib.update_group_size(config, components)
-  update_fn = train_lib.make_update_fn(
+  update_fn = update_lib.make_update_fn(
       model_config=model_config, optimizer=optimizer,
       objective=components["objective"], regularisers=regularisers,
       microbatch_size=config.train.microbatch_size,

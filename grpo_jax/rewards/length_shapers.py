@@ -230,10 +230,7 @@ class HAPOState(NamedTuple):
 
 def hapo_init(*, capacity: int = 1024) -> HAPOState:
   """Every slot empty (h = 0: no history)."""
-  if not isinstance(capacity, int) or capacity < 1:
-    raise ValueError(
-        f"capacity={capacity!r} must be an integer >= 1 (one slot per "
-        "problem of the task, data.Example.index).")
+  prompt_ids_lib.check_capacity(capacity)
   zeros = jnp.zeros((capacity,), jnp.float32)
   return HAPOState(history=zeros, count=zeros)
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
+from grpo_jax import registry
 from grpo_jax.rewards.shapers import (READ_VERIFIERS, SHAPERS, Shaper,
                                       make_shaper)
 from grpo_jax.rewards.verifiers import VERIFIERS
@@ -156,6 +157,8 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
     kwargs = {k: v for k, v in options.items() if k != "weight"}
     try:
       shaper = make_shaper(name, **kwargs)
+    except registry.OptionError as e:  # it names the option
+      fail(f"{field}.{e.key}", str(e).rstrip("."), f"see --config.{field}")
     except ValueError as e:
       fail(field, str(e).rstrip("."), f"see --config.{field}")
     for read, verifier in READ_VERIFIERS.items():

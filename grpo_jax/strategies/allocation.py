@@ -171,10 +171,7 @@ class SuccessTracker(NamedTuple):
 
 
 def tracker_init(*, capacity: int = 1024) -> SuccessTracker:
-  if isinstance(capacity, bool) or not isinstance(capacity, int) \
-      or capacity < 1:
-    raise ValueError(f"capacity={capacity!r} must be an integer >= 1 (one "
-                     "slot per problem, data.Example.index).")
+  prompt_ids_lib.check_capacity(capacity)
   zero = jnp.zeros((capacity,), jnp.float32)
   return SuccessTracker(successes=zero, trials=zero)
 

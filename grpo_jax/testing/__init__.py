@@ -105,6 +105,19 @@ def tiny_config(model_type="llama", **overrides):
   return ModelConfig(**fields)
 
 
+def peaked_tiny_model(scale: float):
+  """(a `tiny_config` with tied embeddings and 64 positions, its params
+  from key 0 with the embedding and every 3-d weight times `scale`): larger
+  weights than the init give peaked logits (no near-ties in argmax or a
+  top-K order), moderate ones entropies that vary."""
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  config = tiny_config(tie_word_embeddings=True, max_position_embeddings=64)
+  params = models.init_params(config, jax.random.key(0))
+  params = jax.tree.map(lambda x: x * scale if x.ndim == 3 else x, params)
+  params["embed"] = params["embed"] * scale
+  return config, params
+
+
 def save_tiny_hf_checkpoint(directory, *, model_type="llama", tied=False,
                             config_style="5.x", seed=0, tokenizer=True):
   """Saves a random tiny transformers checkpoint; returns (path, torch model).
@@ -195,27 +208,181 @@ class _Crash(Exception):
   pass
 
 
-def coin_accuracy(run):
-  """`run` (a `train.Run`) with its ``accuracy`` verifier replaced by a
-  coin (1 for a quarter of completions, by a hash of the completion) and
-  every other verifier by 0: the tiny model earns no reward, and a
-  replaying strategy needs groups with and without variance."""
+def with_pipeline(run, pipeline):
+  """`run` (a `train.Run`) rolling out with `pipeline` (a
+  `rollout.Pipeline`) instead of its own."""
   import functools  # pylint: disable=g-import-not-at-top
-  import hashlib  # pylint: disable=g-import-not-at-top
   from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+  return run._replace(rollout_fn=functools.partial(rollout.generate,
+                                                   pipeline=pipeline))
 
-  def coin(prompts, completions, answers):
+
+def with_verifiers(pipeline, verifier):
+  """`pipeline` with each reward function replaced by ``verifier(name)``
+  (weights kept), scored in this process: the replacements are closures,
+  which reward workers cannot receive."""
+  verifiers = {n: (verifier(n), w) for n, (_, w) in pipeline.verifiers.items()}
+  return pipeline._replace(verifiers=verifiers,
+                           scoring=pipeline.scoring._replace(workers=0))
+
+
+def coin(name: str):
+  """A verifier scoring 0 or 1 by a hash of (name, completion): the tiny
+  model earns no reward, and a mechanism reading rewards needs both kinds."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+
+  def fn(prompts, completions, answers):
+    del prompts, answers
+    return [float(hashlib.blake2b(f"{name}|{c}".encode()).digest()[0] % 2)
+            for c in completions]
+  return fn
+
+
+def coin_accuracy(run):
+  """`run` (a `train.Run`) with its correctness reward replaced by a coin
+  (1 for a quarter of completions, by a hash of the completion) and every
+  other reward function by 0, scored in this process: the tiny model earns
+  no reward, and a replaying strategy needs groups with and without
+  variance. The correctness reward is the one the library reads
+  correctness from (`rewards.shapers.READ_VERIFIERS`); a ValueError if the
+  config's ``rewards.functions`` lack it."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rewards import shapers  # pylint: disable=g-import-not-at-top
+  correct = shapers.READ_VERIFIERS["correct"]
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  if correct not in pipeline.verifiers:
+    raise ValueError(
+        f"config.rewards.functions={tuple(pipeline.verifiers)} has no "
+        f"{correct!r}, the correctness reward the coin replaces: add it.")
+
+  def quarter(prompts, completions, answers):
     del prompts, answers
     return [float(hashlib.blake2b(c.encode()).digest()[0] % 4 == 0)
             for c in completions]
 
   zero = lambda prompts, completions, answers: [0.0] * len(completions)
+  return with_pipeline(run, with_verifiers(
+      pipeline, lambda name: quarter if name == correct else zero))
+
+
+def sample_round(run, step: int = 0, *, seed: int = 9):
+  """A `rollout.Round` of `run`'s pipeline on the prompts its selection
+  gives at `step` (round 0), sampled with the run's initial params and
+  PRNGKey(`seed`)."""
+  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
   pipeline = run.rollout_fn.keywords["pipeline"]
-  pipeline = pipeline._replace(verifiers={
-      name: (coin if name == "accuracy" else zero, weight)
-      for name, (_, weight) in pipeline.verifiers.items()})
-  return run._replace(rollout_fn=functools.partial(rollout.generate,
-                                                   pipeline=pipeline))
+  examples = pipeline.components["select"].select(
+      pipeline.task, step, 0, run.config.rollout.num_prompts)
+  with jax.set_mesh(run.mesh):
+    return rollout.sample_round(run.state.params, examples,
+                                jax.random.PRNGKey(seed), pipeline=pipeline)
+
+
+def rollout_step(run, step: int = 0, *, state=None, key=None, pipeline=None,
+                 **stages):
+  """`run`'s rollout of `step` under its mesh, as `train.train_step` calls
+  it: (batch, measurements, new stage states).
+
+  Args:
+    run: a `train.Run` (without LoRA: the params are the state's).
+    step: the step number.
+    state: the `train.TrainState` (default the run's initial one).
+    key: the rollout's key (default the trainer's, fold_in(state.key, step)).
+    pipeline: a `rollout.Pipeline` to roll out with instead of the run's.
+    **stages: stage states replacing the state's, by stage name.
+  """
+  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+  state = run.state if state is None else state
+  key = jax.random.fold_in(state.key, step) if key is None else key
+  states = {n: state.states[n] for n in rollout.STAGES}
+  states.update(stages)
+  fn = run.rollout_fn if pipeline is None else with_pipeline(
+      run, pipeline).rollout_fn
+  with jax.set_mesh(run.mesh):
+    return fn(state.params, run.ref_params, step, key, states)
+
+
+def loss_gradient(run, objective, objective_state, params, minibatch,
+                  **options):
+  """(gradients, measurement values) of the trainer's loss with
+  `objective` (a bound `objectives.Objective`) on `minibatch`;
+  `options` go to `update.make_loss_functions` (corrections=,
+  replay_coef=, ...)."""
+  from grpo_jax import measures  # pylint: disable=g-import-not-at-top
+  from grpo_jax import update  # pylint: disable=g-import-not-at-top
+  fns = update.make_loss_functions(
+      model_config=run.model_config, objective=objective,
+      chunk_size=run.config.train.chunk_size, **options)
+  grads, _, records = update.minibatch_gradient(
+      fns, params, {"objective": objective_state}, minibatch)
+  return grads, measures.values(records)
+
+
+def assert_trees_differ(tree, reference, *, rtol=0.0, msg=""):
+  """Some leaf of `tree` differs from `reference`'s by more than `rtol`
+  times the largest |entry| of `reference` (rtol 0: by anything)."""
+  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
+      jax.tree.leaves(tree), jax.tree.leaves(reference)))
+  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(reference))
+  assert diff > rtol * scale, (msg, diff, scale)
+
+
+def assert_scaled_reinforce_gradient(run, grads, minibatch, scale, *,
+                                     aggregation: str):
+  """`grads` are `scale` times REINFORCE's gradient (with `aggregation`)
+  on `minibatch` at the run's initial params, leaf by leaf, and not equal
+  to it: at ratio 1 an objective whose only mechanism is a detached weight
+  w acts as REINFORCE scaled by w."""
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  reinforce = objectives.make("reinforce", aggregation=aggregation)
+  base, _ = loss_gradient(run, reinforce, (), run.state.params, minibatch)
+  assert_close(grads, jax.tree.map(lambda b: scale * b, base), rtol=2e-3,
+               atol=1e-7)
+  assert_trees_differ(grads, base)
+
+
+def check_a_larger_stage_state_is_refused(workdir, config, stage: str,
+                                          small, larger, *, field: str):
+  """A `train.TrainState` holding `small`'s ``init()`` as its `stage` state
+  (a stateful component), saved in `workdir`: restoring it into one holding
+  `larger`'s raises `checkpoint.StateMismatch` naming the state's path and
+  the config `field` that sizes it (`train`'s restore hints for
+  `config`); restoring it into its own size gives it back bit for bit."""
+  import re  # pylint: disable=g-import-not-at-top
+  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  from grpo_jax import optim  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
+  optimizer = optim.make_optimizer(learning_rate=1e-3, warmup_steps=0,
+                                   decay="constant", total_steps=4)
+  state = train.init_state(
+      {"w": jnp.ones(3)}, optimizer, seed=0,
+      components={"objective": objectives.make("ppo_clip"), stage: small})
+  bigger = state._replace(states=dict(state.states, **{stage: larger.init()}))
+  hints = train._state_hints(config, {stage: larger})  # pylint: disable=protected-access
+  ckpt = checkpoint.Checkpointer(str(workdir))
+  ckpt.save(1, state)
+  try:
+    ckpt.restore(bigger, hints=hints)
+    raise AssertionError(f"a larger {stage} state restored")
+  except checkpoint.StateMismatch as e:
+    assert re.search(rf"states/{stage}/.*{re.escape(field)}", str(e)), e
+  restored, _ = ckpt.restore(state, hints=hints)  # the same size restores
+  ckpt.close()
+  assert_close(restored, state, rtol=0, atol=0)
+
+
+def short_run_config(config, *, num_steps: int = 4,
+                     checkpoint_every: int = 2):
+  """`config`, changed in place, for a short run in this process:
+  `num_steps` steps, a checkpoint every `checkpoint_every`, rewards scored
+  without workers, no TensorBoard or plot."""
+  config.rewards.workers = 0
+  config.train.num_steps = num_steps
+  config.checkpoint.every = checkpoint_every
+  config.metrics.tensorboard = False
+  config.metrics.plot = False
+  return config
 
 
 def check_resume_is_exact(config, workdir, *, crash_at: int = 2, run=None):

@@ -74,14 +74,15 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
   from grpo_jax import optim  # pylint: disable=g-import-not-at-top
   from grpo_jax import sampling  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
+  from grpo_jax import update as update_lib  # pylint: disable=g-import-not-at-top
   config = model_config()
   group_data = group_data or sampled_groups
   if objective is None:
     objective = objectives.make("ppo_clip", aggregation="token_mean")
   optimizer = optim.make_optimizer(learning_rate=lr)
-  update = train.make_update_fn(model_config=config, optimizer=optimizer,
-                                objective=objective,
-                                corrections=corrections, chunk_size=16)
+  update = update_lib.make_update_fn(
+      model_config=config, optimizer=optimizer, objective=objective,
+      corrections=corrections, chunk_size=16)
   state = train.init_state(
       models.init_params(config, jax.random.PRNGKey(0)), optimizer, seed=0,
       components={"objective": objective, "advantage": estimator})
@@ -123,7 +124,7 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
         loss_mask, rows, model_config=config, temperature=1.0, chunk_size=16,
         **topk)
     records = []
-    for minibatch in train.minibatches(batch, num_minibatches):
+    for minibatch in update_lib.minibatches(batch, num_minibatches):
       state, m = update(state, minibatch)
       records.append(dict(measures.values(m), **credit_measures))
       # Only a rule that narrows the loss mask can leave a minibatch

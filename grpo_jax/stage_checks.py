@@ -1,0 +1,405 @@
+"""Config checks that cross two or more registered stages: what one stage
+needs from another (the estimator from the task, the rewards and the member
+filter; a selection or group strategy from the estimator; corrections and a
+credit rule from the objective; the train split from the rows a group
+strategy adds), each refused before any compute with ``config.<field>:
+problem; fix.``.
+
+`config.validate` is the single entry point and calls them in order;
+`config` keeps the checks of single fields and `path_checks` those of the
+step paths whose rows are not P x G groups. Apart because each reads
+several registries' metadata (imported late: configs stay importable
+without jax) and they grow with every stage.
+"""
+
+import functools
+import inspect
+
+import ml_collections
+
+from grpo_jax import config_errors
+from grpo_jax import data
+from grpo_jax import prompt_ids
+
+_fail = config_errors.fail
+_check_choice = config_errors.check_choice
+_check_component = config_errors.check_component
+
+
+def check_sampling_stages(c, columns) -> None:
+  """The select, groups, credit and rows stages: known names and each one's
+  options (the group strategy's against the rollout's layout, the
+  selection's against its rounds per step), and the reward column
+  (`columns`) a group strategy reads its signal from."""
+  from grpo_jax import credit, rollout, strategies  # pylint: disable=g-import-not-at-top
+  for stage, known in (("select", strategies.SELECTIONS),
+                       ("groups", strategies.GROUP_STRATEGIES),
+                       ("credit", credit.CREDIT),
+                       ("rows", strategies.ROW_STRATEGIES)):
+    _check_choice(f"{stage}.name", c[stage].name, known.names())
+  groups = _check_component(
+      "groups.kwargs", functools.partial(strategies.make_group_strategy,
+                                         layout=rollout.group_layout(c)),
+      c.groups.name, c.groups.kwargs)
+  _check_component("select.kwargs", strategies.make_selection, c.select.name,
+                   dict(c.select.kwargs,
+                        rounds_per_step=groups.rounds_per_step))
+  # Option names and values, as config.credit.kwargs.<option>.
+  credit.check_options(c.credit.name, dict(c.credit.kwargs),
+                       field="config.credit.kwargs")
+  _check_component("credit.kwargs", credit.make, c.credit.name,
+                   c.credit.kwargs)
+  _check_component("rows.kwargs", strategies.make_row_strategy, c.rows.name,
+                   c.rows.kwargs)
+  signal = c.groups.kwargs.get("signal_reward", "")
+  if signal and signal not in columns:
+    _fail("groups.kwargs.signal_reward", f"{signal!r} is not a configured "
+          "reward", f"choose one of {', '.join(columns)}, or '' for "
+          f"{columns[0]!r}")
+
+
+def check_member_filter(c, advantages, columns) -> None:
+  """The member filter's options against G' and the reward `columns`; one
+  whose statistics are over the kept members needs an estimator that
+  honours GroupData.members."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  r = c.rollout
+  _check_choice("filter.name", c.filter.name,
+                strategies.MEMBER_FILTERS.names())
+  member_filter = _check_component(
+      "filter.kwargs", functools.partial(
+          strategies.make_member_filter, group_size=r.num_generations,
+          columns=columns), c.filter.name, c.filter.kwargs)
+  if (member_filter.statistics == "kept"
+      and not advantages.meta(c.advantage.name)["members"]):
+    _fail("advantage.name", f"{c.advantage.name!r} does not honour the kept "
+          f"members of filter {c.filter.name!r} (GroupData.members: its "
+          "mean and std over the kept subset)", "choose one that does: "
+          f"{', '.join(advantages.honouring_members())}")
+
+
+def check_estimator_inputs(c, advantages, columns) -> None:
+  """What the estimator reads against what the task and the reward
+  `columns` give."""
+  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+  # Group data only some tasks give: per-segment rewards (SD-GRPO).
+  segment_reads = [f for f in advantages.meta(c.advantage.name)["reads"]
+                   if f.startswith("segment_")]
+  if segment_reads and not data.TASKS.entry(c.data.task).meta.get(
+      "segments", False):
+    with_segments = [n for n in data.TASKS.names()
+                     if data.TASKS.entry(n).meta.get("segments", False)]
+    _fail("data.task", f"{c.data.task!r} gives no per-segment rewards, but "
+          f"advantage estimator {c.advantage.name!r} reads GroupData."
+          f"{segment_reads[0]}", "set --config.data.task="
+          f"{' or '.join(with_segments)} (problems of several parts, one "
+          "\\boxed{} answer each), or pick an estimator that reads no "
+          "segments")
+  # The estimator's needs (its reward domain, a number of reward columns)
+  # against the rewards' declared ranges: here, not in the jitted step.
+  try:
+    advantages.check_reward_columns(
+        c.advantage.name, dict(c.advantage.kwargs), columns=columns,
+        weights=tuple(c.rewards.weights) + tuple(
+            options["weight"] for options in c.rewards.shapers.values()),
+        ranges=rewards.column_ranges(c.rewards.functions, c.rewards.shapers))
+  except ValueError as e:
+    raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
+
+
+def _option_values(fns, kwargs) -> dict:
+  """The keyword defaults of `fns`' signatures, overridden by `kwargs`."""
+  values = {}
+  for fn in fns:
+    for key, p in inspect.signature(fn).parameters.items():
+      if p.default is not inspect.Parameter.empty:
+        values[key] = p.default
+  values.update(kwargs)
+  return values
+
+
+def check_estimator_sizes(c, advantages) -> None:
+  """Sizes an estimator's options must fit, before any compute: bundles of
+  questions (``bundle_size``, RiskPO) split the P prompts; an offline
+  initialisation (SPO's ``offline_init``) looks each training problem up by
+  its index. (Option values alone: the estimator's ``check``, run by
+  `advantages.make` in `config.validate`.)"""
+  name = c.advantage.name
+  spec = advantages.meta(name)["state"]
+  fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
+  options = _option_values(fns, dict(c.advantage.kwargs))
+  bundle = options.get("bundle_size")
+  if bundle is not None and c.rollout.num_prompts % bundle:
+    _fail("advantage.kwargs.bundle_size",
+          f"{bundle} does not divide rollout.num_prompts="
+          f"{c.rollout.num_prompts} (estimator {name!r} bundles the "
+          "prompts of a batch)",
+          "set a divisor of num_prompts, or change rollout.num_prompts")
+  if spec is not None and spec.offline is not None:  # SPO's offline_init
+    if options.get("offline_init") and c.data.task == "segments":
+      _fail("data.task", "'segments' cannot look a problem up by its index "
+            "(advantage.kwargs.offline_init profiles every training "
+            "problem)", "use data.task='arithmetic', 'gsm8k' or 'jsonl', "
+            "or offline_init=0")
+  # A per-prompt table (``capacity``) against the task's ids: in
+  # `check_tracker_stages` (`prompt_ids.check_config`).
+
+
+def _check_no_sampler_records(c, top_k: str, temperatures: str) -> None:
+  """Rows a group strategy puts in without the sampler's records of them
+  (`top_k`, `temperatures`: what such a row lacks, for the message)."""
+  if c.rollout.get("record_topk", 0):
+    _fail("rollout.record_topk", f"{top_k} (groups.name={c.groups.name!r})",
+          "set rollout.record_topk=0")
+  if c.rollout.get("temperature_tau", 0.0):
+    _fail("rollout.temperature_tau",
+          f"{temperatures} (groups.name={c.groups.name!r})",
+          "set rollout.temperature_tau=0")
+
+
+def check_tracker_stages(c, advantages) -> None:
+  """What a selection that reads the estimator's state (SPO's prioritised
+  draw) and a group strategy that injects reference rows (EDGE-GRPO's
+  guided correction) need from the other stages, before any compute; the
+  registries' metadata says which entries these are."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  select = strategies.SELECTIONS.entry(c.select.name).meta
+  groups = strategies.GROUP_STRATEGIES.entry(c.groups.name).meta
+  by_state = "advantage" in select.get("reads", ())
+  references = "reference" in groups.get("reads", ())
+  if by_state:
+    state = advantages.make(c.advantage.name, **c.advantage.kwargs).init()
+    needs = select.get("needs", ())
+    if not all(hasattr(state, field) for field in needs):
+      _fail("select.name", f"{c.select.name!r} draws by the estimator's "
+            f"per-prompt tracker ({', '.join(needs)}), which "
+            f"advantage.name={c.advantage.name!r} does not keep",
+            "set --config.advantage.name=spo, or select.name=uniform")
+  if (by_state or references) and c.data.task == "segments":
+    _fail("data.task", "'segments' cannot look a problem up by its index "
+          f"(select {c.select.name!r}, groups {c.groups.name!r})",
+          "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
+  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
+  if "divergence" in meta["reads"] and (meta.get("prompt_ids")
+                                        or "exact") != "exact":
+    # The revisit memory keeps one response per slot (revisits.make).
+    _fail("advantage.kwargs.prompt_ids", f"{meta['prompt_ids']!r} lets ids "
+          "share a slot, and the revisit memory that measures "
+          f"{c.advantage.name!r}'s divergence would rescore another "
+          "prompt's stored response under this one",
+          "set prompt_ids='exact' (capacity above the task's largest id), "
+          "or rho='constant'")
+  # Per-prompt tables against the task's ids (exact or hashed, by each
+  # entry's ``prompt_ids`` metadata), distinct ids where a stage keys on
+  # them, and enough problems for a draw without replacement; any task.
+  prompt_ids.check_config(c, by_id=[
+      f"{stage} {name!r}" for stage, name, used in (
+          ("select", c.select.name, by_state),
+          ("groups", c.groups.name, references)) if used])
+  if not references:
+    return
+  if c.rewards.shapers:
+    _fail("rewards.shapers", "reference rows are scored by the verifiers "
+          f"alone (groups.name={c.groups.name!r})",
+          "remove the shapers, or use another group strategy")
+  _check_no_sampler_records(c, "a reference row has no sampler top-K",
+                            "a reference row has no sampling temperatures")
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  stale = [f for f in reads if f == "answer_ids" or f.startswith("segment_")]
+  if stale:
+    _fail("groups.name", f"{c.groups.name!r} replaces rows, but estimator "
+          f"{c.advantage.name!r} reads GroupData.{stale[0]}, which is not "
+          "rebuilt for them", "choose another estimator or group strategy")
+
+
+def check_resampled_stages(c, advantages) -> None:
+  """A group strategy that hints from worked solutions (metadata
+  ``solutions``: GHPO) needs a task that gives them; one that builds a
+  group from rows of several rounds (``moves_rows``: AERO) needs rows that
+  carry no member slot or group context. Keyed on registry metadata."""
+  from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  name = c.groups.name
+  meta = strategies.GROUP_STRATEGIES.entry(name).meta
+  if meta.get("solutions") and not data.TASKS.entry(c.data.task).meta.get(
+      "solutions"):
+    with_solutions = [n for n in data.TASKS.names()
+                      if data.TASKS.entry(n).meta.get("solutions")]
+    _fail("data.task", f"{c.data.task!r} gives no worked reference solution "
+          f"(data.Example.solution), which groups.name={name!r} hints from",
+          f"set --config.data.task={' or '.join(with_solutions)}, or use "
+          "another group strategy")
+  if "resample" in meta.get("reads", ()) and advantages.meta(
+      c.advantage.name, **c.advantage.kwargs).get("state") is not None:
+    # (Stateful shapers fold in the plain round 0 alone: rollout.generate.)
+    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
+          f"fold in the groups groups.name={name!r} draws again (hinted or "
+          "rebuilt from extra draws), not the policy's plain sample",
+          "use a stateless estimator (grpo), or another group strategy")
+  if not meta.get("moves_rows"):
+    return
+  g = c.rollout.num_generations
+  max_group = c.groups.kwargs.get("max_group", 0)
+  if g < 2 or (max_group and max_group <= g):
+    _fail("groups.kwargs.max_group" if g >= 2 else "rollout.num_generations",
+          f"groups.name={name!r} grows groups of G={g} up to max_group="
+          f"{max_group or 'G x max_rounds'}, and needs G >= 2 and "
+          "max_group > G", "set num_generations >= 2 and max_group > "
+          "num_generations (or 0)")
+  if len(c.rollout.member_temperatures):
+    _fail("rollout.member_temperatures", f"groups.name={name!r} moves rows "
+          "between member slots, and each slot samples at its own "
+          "temperature", "set rollout.member_temperatures=()")
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  if "answer_ids" in reads:
+    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
+          f"answer_ids, numbered within one round's group, and "
+          f"groups.name={name!r} joins rows of several rounds",
+          "choose another estimator or group strategy")
+  for shaper in c.rewards.shapers:
+    if "group_size" in rewards.SHAPERS.entry(shaper).meta.get("reads", ()):
+      _fail(f"rewards.shapers.{shaper}", "forms statistics over each "
+            f"round's group, and groups.name={name!r} joins rows of several "
+            "rounds", "remove it, or use another group strategy")
+
+
+def check_replay_stages(c, objective, advantages) -> None:
+  """A group strategy that refills groups from a buffer of earlier steps
+  (registry metadata ``replays``: POPO) trains them through an objective
+  that weighs each row by its own behaviour log-probs, and rebuilds only
+  the fields it stores."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  name = c.groups.name
+  if not strategies.GROUP_STRATEGIES.entry(name).meta.get("replays"):
+    return
+  if not objective.behaviour_weight:
+    _fail("objective.name", f"{c.objective.name!r} does not weigh rows by "
+          f"the behaviour policy's log-probs, which groups.name={name!r} "
+          "replays from earlier steps (stale rows would train as on-policy)",
+          "set --config.objective.name=decoupled_ppo (is_cap=2.0)")
+  _check_no_sampler_records(c, "a replayed group keeps no sampler top-K",
+                            "a replayed group keeps no per-token temperatures")
+  meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
+  stale = [f for f in meta["reads"] if f in ("answer_ids", "greedy_rewards",
+                                             "divergence")
+           or f.startswith("segment_")]
+  if stale:
+    _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
+          f"{stale[0]}, which groups.name={name!r} does not store for a "
+          "replayed group", "use grpo, dr_grpo or rloo")
+  if meta.get("state") is not None:
+    _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
+          "fold in a replayed group's rewards a second time "
+          f"(groups.name={name!r})", "use a stateless estimator (grpo)")
+
+
+def check_corrections(c, objective) -> None:
+  """``corrections``: known names, each one's options (its own checks), and
+  whether the objective's loss takes their weights."""
+  from grpo_jax.objectives import corrections  # pylint: disable=g-import-not-at-top
+  if not isinstance(c.corrections, (dict, ml_collections.ConfigDict)):
+    _fail("corrections", f"{c.corrections!r} is not a mapping of names to "
+          "options", "e.g. --config.corrections='{\"tis\": {}}'")
+  known = corrections.names()
+  records = []
+  for name, options in c.corrections.items():
+    field = f"corrections.{name}"
+    if name not in known:
+      _fail(field, f"correction {name!r} is unknown",
+            f"choose from {', '.join(known)}")
+    if not isinstance(options, (dict, ml_collections.ConfigDict)):
+      _fail(field, f"{options!r} is not a mapping of options",
+            f"give {{}} for the defaults, e.g. --config.corrections="
+            f"'{{\"{name}\": {{}}}}'")
+    records.append(_check_component(field, corrections.make, name,
+                                    dict(options)))
+  try:
+    corrections.check_compatible(objective, records)
+  except ValueError as e:
+    _fail("corrections", str(e).rstrip("."),
+          "drop it from --config.corrections or change "
+          "--config.objective.name")
+
+
+def check_credit(c, objective, advantages) -> None:
+  """A token credit rule against the estimator (a rule that reads the
+  rows' signs needs [N] advantages) and the objective (a sequence-level one
+  averages token advantages over each row, undoing the rule)."""
+  from grpo_jax import credit  # pylint: disable=g-import-not-at-top
+  name = c.credit.name
+  if credit.meta(name)["identity"]:
+    return
+  output = advantages.ESTIMATORS.entry(c.advantage.name).meta["output"]
+  if credit.meta(name)["row_advantages"] and output == "token":
+    _fail("credit.name", f"credit rule {name!r} needs one advantage per row, "
+          f"but estimator {c.advantage.name!r} gives token advantages",
+          "pick a group-level estimator (e.g. advantage.name=grpo) or "
+          "credit.name=uniform")
+  if objective.level == "sequence":
+    _fail("credit.name", f"credit rule {name!r} gives each token its own "
+          f"advantage, but objective {c.objective.name!r} is sequence-level "
+          "and averages them over each row", "pick a token-level objective "
+          "(e.g. objective.name=ppo_clip) or credit.name=uniform")
+
+
+def check_objective_inputs(c, objective) -> None:
+  """Sampler records the objective reads (top-K log-probs, per-token
+  temperatures) against the rollout settings that record them."""
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  r = c.rollout
+  if "sampler_topk_logp" in objective.reads and not r.record_topk:
+    _fail("rollout.record_topk", f"is 0, but objective {c.objective.name!r} "
+          "reads the sampler's top-K log-probs (sampler_topk_ids, "
+          "sampler_topk_logp), which the run then does not record",
+          "set --config.rollout.record_topk=K > 0 (e.g. 20), or use a "
+          "binary form (objective.name=dppo)")
+  requires = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
+      "requires", ())
+  if "token_temperatures" in requires and not r.temperature_tau > 0:
+    _fail("rollout.temperature_tau", f"is {r.temperature_tau!r}, but "
+          f"objective {c.objective.name!r} needs the sampler's per-token "
+          "temperatures (HAPO samples each token at an entropy-adaptive "
+          "temperature), which the run then does not record",
+          "set --config.rollout.temperature_tau=0.05 (HAPO's)")
+
+
+def check_row_split(c) -> None:
+  """The N rows of a step (with RePO's K extra rows per group and row
+  replay's R stored rows) against the train split: minibatches,
+  microbatches (whole for an objective that draws over the minibatch,
+  Clip-Cov's) and log-prob batches."""
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
+  r, t = c.rollout, c.train
+  # RePO's groups carry K replay rows beside their G members.
+  extra = repo_rollout.extra_rows(c)
+  replayed = replay_rollout.replay_rows(c)  # row replay's R stored rows
+  rows = r.num_prompts * (r.num_generations + extra) + replayed
+  if rows % t.num_minibatches:
+    _fail("train.num_minibatches",
+          f"{t.num_minibatches} does not divide the N={rows} rows of a step "
+          f"(num_prompts * num_generations"
+          + (f", + {extra} replay rows per group" if extra else "")
+          + (f", + {replayed} replayed rows)" if replayed else ")"),
+          "choose a divisor of N")
+  minibatch = rows // t.num_minibatches
+  micro = t.microbatch_size or minibatch
+  if minibatch % micro:
+    _fail("train.microbatch_size",
+          f"{micro} does not divide the minibatch of {minibatch} rows",
+          "choose a divisor of the minibatch, or 0 for no accumulation")
+  # Clip-Cov's random draw keys each token by its place in the minibatch.
+  whole = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
+      "whole_minibatch", False)
+  if micro < minibatch and (whole(**dict(c.objective.kwargs))
+                            if callable(whole) else whole):
+    _fail("train.microbatch_size",
+          f"{micro} splits the minibatch of {minibatch} rows, but objective "
+          f"{c.objective.name!r} draws over the whole minibatch's tokens",
+          "set --config.train.microbatch_size=0, or "
+          "--config.objective.kwargs.clip_cov_rule=top")
+  if t.logprob_batch_size and rows % t.logprob_batch_size:
+    _fail("train.logprob_batch_size",
+          f"{t.logprob_batch_size} does not divide the N={rows} rows",
+          "choose a divisor of N, or 0 for all rows")
