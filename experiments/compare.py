@@ -7,8 +7,9 @@ comparison task: ``python -m experiments.compare``.
 Each config trains as its file says (its scale, objective, sampling and
 estimator) on the comparison task (`config.use_comparison_task`) and is
 evaluated greedily on the task's held-out problems after its last step;
-"before" is the base model on the same problems, measured once per prompt
-format (a config with LCPO's target in its prompts has its own). A config
+"before" is the base model on the same problems, measured once per task,
+prompt format and evaluation setting (a config with LCPO's target in its
+prompts, or on its own task, has its own). A config
 whose run already finished under ``--workdir`` is read back, not rerun, so
 an interrupted comparison continues where it stopped. Prints a markdown
 table, one row per config.
@@ -55,18 +56,30 @@ def last_accuracy(workdir: str):
   return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
 
 
+def baseline_key(config) -> str:
+  """What the base model's held-out accuracy depends on: the task, its
+  prompts (the shapers' instructions) and the evaluation's settings; runs
+  that share it share one "before" measurement."""
+  evaluation_settings = config.eval.to_dict()
+  evaluation_settings.pop("every")
+  return json.dumps(dict(data=config.data.to_dict(),
+                         shapers=evaluation.prompt_shapers(config),
+                         max_new_tokens=config.rollout.max_new_tokens,
+                         eval=evaluation_settings), sort_keys=True,
+                    default=str)
+
+
 def main(argv):
   del argv
   configs = {name: comparison_config(name) for name in _CONFIGS.value}
-  # The base model once per prompt format (`evaluation.prompt_shapers`).
-  befores = {}
+  befores = {}  # the base model once per `baseline_key`
   rows = []
   for name, config in configs.items():
-    prompts = json.dumps(evaluation.prompt_shapers(config), sort_keys=True)
-    if prompts not in befores:
-      befores[prompts] = evaluation.evaluate(
+    key = baseline_key(config)
+    if key not in befores:
+      befores[key] = evaluation.evaluate(
           config, k=(), num_problems=config.eval.num_problems)
-    before = befores[prompts]
+    before = befores[key]
     workdir = os.path.join(_WORKDIR.value, name)
     done = last_accuracy(workdir)
     if done is None or done[0] < config.train.num_steps:

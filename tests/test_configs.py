@@ -233,3 +233,13 @@ def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
   writer.close()
   assert compare.last_accuracy(str(tmp_path)) == (40, 0.625)
   assert compare.last_accuracy(str(tmp_path / "missing")) is None
+
+
+def test_the_comparison_measures_the_base_model_once_per_task_and_prompts():
+  """SD-GRPO's own task and LCPO's prompts get their own "before"; configs
+  that differ only in how they train share one."""
+  from experiments import compare  # pylint: disable=g-import-not-at-top
+  key = lambda name: compare.baseline_key(compare.comparison_config(name))
+  assert key("quickstart") == key("ebpo") == key("dvao")
+  assert key("sd_grpo") != key("quickstart")
+  assert key("lcpo") != key("quickstart")
