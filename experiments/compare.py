@@ -88,9 +88,9 @@ def main(argv):
     if done is None or done[0] < config.train.num_steps:
       # A stop signal (preemption) ended the run before its last
       # evaluation: its checkpoint is saved; the rest waits for a rerun.
-      print(f"{name}: stopped before step {config.train.num_steps}; rerun "
-            "the same command to continue")
-      break
+      raise SystemExit(f"{name}: stopped before step "
+                       f"{config.train.num_steps}; rerun the same command to "
+                       "continue (no table is written for a partial run)")
     rows.append(dict(config=name, steps=done[0],
                      before=before["greedy_accuracy"], after=done[1],
                      num_problems=before["num_problems"]))

@@ -23,6 +23,7 @@ from a checkpoint continues exactly as an uninterrupted one. A run's
 checkpoints are read back for evaluation and export by `saved_runs`.
 """
 
+import json
 import logging
 import os
 import pathlib
@@ -278,6 +279,19 @@ def build(config) -> Run:
              update_fn, rollout_fn, mesh, loop, evaluate_fn)
 
 
+def _check_objective_unchanged(config, saved: dict, state, ckpt_dir: str):
+  """`INITIAL_STATES` lets a checkpoint written before its objective kept
+  state resume; a checkpoint of another, stateless objective must not."""
+  name = json.loads(saved.get("config", "{}")).get(
+      "objective", {}).get("name", config.objective.name)
+  if name != config.objective.name and jax.tree.leaves(
+      state.states.get("objective", ())):
+    raise checkpoint_lib.StateMismatch(
+        f"the checkpoints in {ckpt_dir} were written by objective {name!r}; "
+        f"config.objective.name is {config.objective.name!r}, whose state "
+        "they do not hold: set it back, or train in a new --workdir")
+
+
 def _state_hints(config, components) -> tuple:
   """What sizes a stage's fixed-capacity state, for a checkpoint of
   another size (`checkpoint.StateMismatch`)."""
@@ -451,6 +465,7 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
                                            initial=INITIAL_STATES)
     if restored is not None:
       start, state, saved = restored
+      _check_objective_unchanged(run.config, saved, state, ckpt_dir)
       health = faults.Health.from_json(saved.get("health"))
       logging.info("resuming from the checkpoint of step %d in %s", start,
                    workdir)

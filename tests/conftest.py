@@ -29,6 +29,9 @@ jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_disable_most_optimizations", True)
 
 
+_MAPPINGS_AFTER_CLEAR = 0
+
+
 def _memory_mappings() -> int:
   """This process's memory mappings (0 where /proc is missing)."""
   try:
@@ -41,15 +44,18 @@ def _memory_mappings() -> int:
 @pytest.hookimpl(trylast=True)  # after the file's fixtures are torn down
 def pytest_runtest_teardown(item, nextitem):
   """Drops jax's compiled programs after a test file's last test, and after
-  any test that leaves the process past a quarter of its mappings limit.
+  any test that leaves the process 16k mappings (a quarter of the kernel's
+  limit) past where the last clear left it.
 
   Each XLA:CPU executable holds memory mappings of its own: a suite worker
   that kept every program it compiled reached 61k of the kernel's limit,
   65530 (vm.max_map_count); past it an mmap fails and the worker dies, as
-  one did (a segfault) in a CI run; one test file alone reached 37k. The persistent cache above makes a program compiled again
-  cheap.
+  one did (a segfault) in a CI run; one test file alone reached 37k. The
+  persistent cache above makes a program compiled again cheap.
   """
-  if (nextitem is None or nextitem.module is not item.module
-      or _memory_mappings() > 16384):
+  global _MAPPINGS_AFTER_CLEAR
+  if (getattr(nextitem, "module", None) is not item.module
+      or _memory_mappings() > _MAPPINGS_AFTER_CLEAR + 16384):
     jax.clear_caches()
     gc.collect()
+    _MAPPINGS_AFTER_CLEAR = _memory_mappings()

@@ -12,6 +12,7 @@ dropped ones.
 """
 
 import importlib
+import json
 
 import jax
 import jax.numpy as jnp
@@ -219,3 +220,20 @@ def test_the_draw_key_follows_the_run_seed_unless_seed_is_set():
                                   jax.random.PRNGKey(5))
   # Outside a run (no key): PRNGKey(0), the hand vectors' U["seed0"].
   np.testing.assert_array_equal(objective.init().key, jax.random.PRNGKey(0))
+
+
+def test_a_checkpoint_of_another_objective_is_refused_on_resume():
+  """The loop resumes an empty objective state from its init only when the
+  checkpoint's config trained the same objective."""
+  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
+  config = config_lib.get_base_config()
+  config.objective.name = "clip_cov"
+  state = _run_state(3, objectives.make("clip_cov", **OPTIONS))
+  written_by = lambda name: {
+      "config": json.dumps({"objective": {"name": name}})}
+  train._check_objective_unchanged(config, written_by("clip_cov"), state, "d")
+  with pytest.raises(checkpoint.StateMismatch,
+                     match="written by objective 'ppo_clip'.*'clip_cov'"):
+    train._check_objective_unchanged(config, written_by("ppo_clip"), state,
+                                     "d")

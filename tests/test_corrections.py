@@ -451,6 +451,9 @@ def test_make_rejects_bad_options():
     corrections.make("top_entropy", rho=1.5)
   with pytest.raises(ValueError, match="ratio='arith' is unknown"):
     corrections.make("tis_sequence", ratio="arith")
+  for name in ("tis_sequence", "mis_sequence"):  # not token-level instead
+    with pytest.raises(ValueError, match="ratio=None is unknown"):
+      corrections.make(name, ratio=None)
   with pytest.raises(ValueError, match="delta must be >= 0"):
     corrections.make("opsm", delta=-1.0)
   with pytest.raises(ValueError, match="correction 'nope' is unknown"):

@@ -298,8 +298,8 @@ def test_update_fn_compiles_once_and_stays_on_device():
   with jax.transfer_guard("disallow"):
     state, _ = update(state, minibatch)
     state, measurements = update(state, minibatch)
-  assert TRACES[shape] - before <= 1
-  assert TRACES[shape] == 1
+  assert TRACES[shape] - before <= 1  # (conftest may clear jax's caches
+  # between tests, so the count before is not always 1)
   testing.assert_finite(jax.device_get((state.params, measurements)))
 
 

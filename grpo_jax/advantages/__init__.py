@@ -171,8 +171,8 @@ def meta(name: str, **options) -> dict:
   """`name`'s metadata, option-dependent entries resolved for `options`
   (``independent_groups`` of ``grpo`` is False for ``scale="batch"``);
   ``state`` is None or the `StateSpec` of a stateful estimator."""
-  return {key: value(**options) if callable(value) else value
-          for key, value in ESTIMATORS.entry(name).meta.items()}
+  return {key: value(**options) if callable(value) and key != "check"
+          else value for key, value in ESTIMATORS.entry(name).meta.items()}
 
 
 def make(name: str, **options) -> Estimator:

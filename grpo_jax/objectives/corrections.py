@@ -165,13 +165,14 @@ def sampler_log_ratio(mask, old_logp, sampler_logp):
   return real, jnp.where(real, x, 0.0)
 
 
-def _sampler_ratio(mask, old_logp, sampler_logp, sequence=None):
+def _sampler_ratio(mask, old_logp, sampler_logp, ratio="token"):
   """(real [N, T] bool, rho = pi_old / mu on real tokens, 1 on padding):
-  each token's own ratio, or with `sequence` (one of SEQUENCE_RATIOS) its
+  each token's own ratio, or with `ratio` one of SEQUENCE_RATIOS (checked:
+  a sequence correction given None must fail, not turn token-level) its
   row's on every token of the row."""
   real, x = sampler_log_ratio(mask, old_logp, sampler_logp)
-  if sequence is not None:
-    x = _sequence_log_ratio(real, x, sequence)
+  if ratio != "token":
+    x = _sequence_log_ratio(real, x, ratio)
   return real, jnp.exp(x)
 
 
