@@ -94,6 +94,9 @@ def main(argv):
     rows.append(dict(config=name, steps=done[0],
                      before=before["greedy_accuracy"], after=done[1],
                      num_problems=before["num_problems"]))
+    # Each row as it is done: a long comparison's rows before its table.
+    print(f"{name}: {done[0]} steps, held-out greedy "
+          f"{rows[-1]['before']:.3f} -> {done[1]:.3f}", flush=True)
   print("| config | steps | held-out greedy before | after |")
   print("|---|---|---|---|")
   for row in rows:

@@ -32,6 +32,12 @@ equivalent answers wins (ties: the class seen first), completions without a
 final answer do not vote, and the vote is correct when the first completion
 of the winning class is. Each block of k i.i.d. samples is a draw of maj@k,
 so the block mean is unbiased for it too.
+
+A multi-part problem (the segments task, SD-GRPO's) is judged as its
+``all_segments`` reward judges it: correct when its s-th ``\\boxed{}``
+equals the s-th sub-answer for every part; its answer, for the vote, is the
+tuple of its boxes (`Segmented`). A whole-text parse would read the three
+boxes of "11; 5; 0" as the set {0, 5, 11} and the reference as 0.
 """
 
 import math
@@ -159,6 +165,19 @@ def check_k(k: Sequence[int], num_samples: int) -> Tuple[int, ...]:
   return ks
 
 
+class Segmented(NamedTuple):
+  """A multi-part reference or answer: one parsed answer per part."""
+  parts: tuple
+
+
+def same_answer(first, second) -> bool:
+  """`verifiers.same_answer`, part by part for `Segmented` answers."""
+  if isinstance(first, Segmented):
+    return len(first.parts) == len(second.parts) and all(
+        verifiers.same_answer(a, b) for a, b in zip(first.parts, second.parts))
+  return verifiers.same_answer(first, second)
+
+
 class Scores(NamedTuple):
   """Correctness and parsed answers of an evaluation's completions."""
   greedy: np.ndarray  # [P] bool
@@ -167,7 +186,7 @@ class Scores(NamedTuple):
 
 
 def summarize(scores: Scores, k: Sequence[int], *,
-              same: Callable = verifiers.same_answer) -> dict:
+              same: Callable = same_answer) -> dict:
   """greedy_accuracy, and pass@k and maj@k for each k (module docstring)."""
   correct = np.asarray(scores.correct, bool)
   ks = check_k(k, correct.shape[1])
@@ -286,14 +305,29 @@ def as_prompted(config, examples: Sequence[data_lib.Example]) -> list:
   return shaping.with_instructions(list(examples), stage.shapers)
 
 
+def is_segmented(config) -> bool:
+  """Whether the config's task poses multi-part problems (it has segment
+  slots, as the rollout reads them: `rollout_fields`)."""
+  task = data_lib.make_task(config.data, seed=config.seed)
+  return getattr(task, "max_segments", 0) > 0
+
+
 def parse_references(examples: Sequence[data_lib.Example], *,
-                     source: str) -> list:
+                     source: str, segmented: bool = False) -> list:
   """The parsed reference answer of every example
-  (`verifiers.parse_reference`); ValueError naming `source`, the problem
-  and its answer for one without a parsable answer."""
+  (`verifiers.parse_reference`), with `segmented` a `Segmented` of its
+  sub-answers (`verifiers.reference_segments`); ValueError naming
+  `source`, the problem and its answer for one without a parsable answer
+  (or sub-answer)."""
   golds = []
   for i, example in enumerate(examples):
-    gold = verifiers.parse_reference(example.answer)
+    if segmented:
+      gold = Segmented(tuple(
+          verifiers.parse_reference(part)
+          for part in verifiers.reference_segments(example.answer)))
+      gold = gold if all(gold.parts) else None
+    else:
+      gold = verifiers.parse_reference(example.answer)
     if not gold:
       raise ValueError(
           f"{source}: problem {i} ({example.question[:60]!r}) has the "
@@ -370,19 +404,41 @@ def complete(params, model_config, tokenizer, examples, key, *,
   return greedy, sampled
 
 
+def parse_completion(text: str, gold):
+  """A completion's parsed final answer (`verifiers.parse_answer`), or for
+  a `Segmented` reference the `Segmented` of its boxes, each parsed as the
+  ``all_segments`` reward parses it; empty when it gives none."""
+  if not isinstance(gold, Segmented):
+    return verifiers.parse_answer(text)
+  boxes = verifiers.boxed_answers(text)
+  return Segmented(tuple(verifiers.parse_answer(f"\\boxed{{{content}}}")
+                         for _, content in boxes)) if boxes else []
+
+
+def is_correct(answer, gold) -> bool:
+  """Whether a `parse_completion` answer equals its reference: every part
+  of a `Segmented` one in order (a missing box is wrong, extra boxes do not
+  count), as ``all_segments`` rewards it."""
+  if not isinstance(gold, Segmented):
+    return verifiers.matches_reference(answer, gold)
+  return bool(answer) and len(answer.parts) >= len(gold.parts) and all(
+      verifiers.matches_reference(a, g)
+      for a, g in zip(answer.parts, gold.parts))
+
+
 def score(golds: Sequence, greedy_texts: Sequence[str],
           sampled_texts: Sequence[Sequence[str]]) -> Scores:
   """Correctness of every completion against its parsed reference
-  (`parse_references`), each completion parsed once (`verifiers`)."""
+  (`parse_references`), each completion parsed once (`parse_completion`)."""
   if not len(golds) == len(greedy_texts) == len(sampled_texts):
     raise ValueError(
         f"golds, greedy_texts and sampled_texts need one entry per problem; "
         f"got {len(golds)}, {len(greedy_texts)} and {len(sampled_texts)}.")
-  judge = lambda answer, gold: verifiers.matches_reference(answer, gold)
+  judge = is_correct
   greedy, correct, answers = [], [], []
   for gold, text, texts in zip(golds, greedy_texts, sampled_texts):
-    greedy.append(judge(verifiers.parse_answer(text), gold))
-    parsed = [verifiers.parse_answer(t) for t in texts]
+    greedy.append(judge(parse_completion(text, gold), gold))
+    parsed = [parse_completion(t, gold) for t in texts]
     correct.append([judge(a, gold) for a in parsed])
     answers.append([a or None for a in parsed])
   n = len(sampled_texts[0]) if sampled_texts else 0
@@ -467,7 +523,9 @@ def evaluate(config, *, benchmark: str = "heldout",
   examples = as_prompted(config, load_benchmark(
       benchmark, config, num_problems=num_problems, question_key=question_key,
       answer_key=answer_key, data_dir=data_dir))
-  golds = parse_references(examples, source=f"benchmark {benchmark!r}")
+  golds = parse_references(
+      examples, source=f"benchmark {benchmark!r}",
+      segmented=benchmark == "heldout" and is_segmented(config))
   model_config, params, tokenizer, step = policy_to_evaluate(config,
                                                              checkpoint)
   start = time.perf_counter()
@@ -506,7 +564,8 @@ def from_config(config, model_config, tokenizer) -> Optional[Callable]:
         f"data.task={config.data.task!r} are not available ({error}); lower "
         "--config.eval.num_problems.") from error
   examples = as_prompted(config, examples)  # LCPO's target, as in training
-  golds = parse_references(examples, source="config.eval (held-out split)")
+  golds = parse_references(examples, source="config.eval (held-out split)",
+                           segmented=is_segmented(config))
   ks = check_k(auto_k(e.k, e.num_samples), e.num_samples)
   sampling = Sampling.from_rollout(config, batch_size=e.batch_size)
   num_samples = int(e.num_samples)

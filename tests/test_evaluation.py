@@ -350,6 +350,52 @@ def test_scores_and_figures_of_known_completions(monkeypatch):
                                "pass@3": 0.5, "maj@3": 0.5})
 
 
+def test_a_multi_part_problem_is_right_when_every_box_is():
+  # As the all_segments reward judges it; a whole-text parse reads the
+  # reference "11; 5; 0" as 0 and three boxes as the set {0, 5, 11}.
+  examples = [data.Example("(a) 6 + 5 (b) 2 + 3 (c) 0 + 0", "11; 5; 0")]
+  gold, = evaluation.parse_references(examples, source="s", segmented=True)
+  texts = {
+      "(a) \\boxed{11} (b) \\boxed{5} (c) \\boxed{0}": True,
+      "\\boxed{11}, \\boxed{5}, \\boxed{0}, \\boxed{7}": True,  # extra box
+      "(a) \\boxed{11} (b) \\boxed{6} (c) \\boxed{0}": False,
+      "\\boxed{5} \\boxed{11} \\boxed{0}": False,  # out of order
+      "\\boxed{11} \\boxed{5}": False,  # a part missing
+      "so the answer is \\boxed{0}": False,  # only the last part
+      "11, 5, 0": False,  # no boxes
+  }
+  for text, expected in texts.items():
+    answer = evaluation.parse_completion(text, gold)
+    assert evaluation.is_correct(answer, gold) is expected, text
+  # The whole-text judge passes the last part alone: why it is not used.
+  plain, = evaluation.parse_references(examples, source="s")
+  assert evaluation.is_correct(verifiers.parse_answer("\\boxed{0}"), plain)
+
+
+def test_multi_part_votes_compare_every_part():
+  gold = evaluation.Segmented((verifiers.parse_reference("7"),
+                               verifiers.parse_reference("4")))
+  greedy = ["\\boxed{7} \\boxed{4}"]
+  sampled = [["\\boxed{7} \\boxed{4}", "\\boxed{7} \\boxed{5}",
+              "\\boxed{7.0} \\boxed{5}", "none"]]
+  scores = evaluation.score([gold], greedy, sampled)
+  assert scores.greedy.tolist() == [True]
+  assert scores.correct.tolist() == [[True, False, False, False]]
+  assert scores.answers[0][3] is None  # no box: no vote
+  # maj@4: (7, 5) holds 2 votes (7.0 equals 7) against (7, 4)'s 1: wrong.
+  # maj@2: block 1 ties -> its first, (7, 4), right; block 2 -> (7, 5).
+  figures = evaluation.summarize(scores, (2, 4))
+  assert figures["maj@4"] == 0.0 and figures["maj@2"] == 0.5
+  assert figures["pass@4"] == 1.0
+
+
+def test_only_the_segments_task_is_segmented():
+  config = tiny_config()
+  assert not evaluation.is_segmented(config)
+  config.data.task = "segments"
+  assert evaluation.is_segmented(config)
+
+
 # ------------------------------------------------------ training's view
 
 
