@@ -16,11 +16,14 @@ and the example keyword arguments the contract suites run each entry with.
 `scoped()` undoes registrations made inside it (toy entries in tests and
 notebooks leave the registry as it was). An entry whose metadata declares
 ``check(**options)`` has its option values checked by `check_values`: a bad
-one is an `OptionError` naming the option.
+one is an `OptionError` naming the option; `check_real`, `check_int` and
+`check_choice` are the range checks such a ``check`` is made of.
 """
 
 import contextlib
 import inspect
+import math
+import numbers
 from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Tuple
 
 
@@ -30,6 +33,50 @@ class OptionError(ValueError):
   def __init__(self, key: str, message: str):
     super().__init__(message)
     self.key = key
+
+
+def check_real(key: str, value, *, low=None, high=None, low_open=False,
+               high_open=False, why: str = "") -> None:
+  """OptionError unless `value` is a finite real number in the given range
+  (NaN is never in range: it would silently turn a term off); `why`, what
+  the range means, joins the message."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise OptionError(key, f"{key} must be a real number; got {value!r}.")
+  if math.isinf(value):
+    raise OptionError(key, f"{key} must be finite; got {value!r}.")
+  bad = math.isnan(value) or (
+      low is not None and (value < low or (low_open and value == low))) or (
+          high is not None and (value > high or (high_open and value == high)))
+  if bad:
+    if low is None and high is None:  # NaN
+      raise OptionError(key, f"{key} must be a real number, not NaN; set "
+                        "a finite value.")
+    if high is None:
+      span = f"{'>' if low_open else '>='} {low:g}"
+    elif low is None:
+      span = f"{'<' if high_open else '<='} {high:g}"
+    else:
+      span = (f"in {'(' if low_open else '['}{low:g}, "
+              f"{high:g}{')' if high_open else ']'}")
+    why = f" ({why})" if why else ""
+    raise OptionError(key, f"{key} must be {span}{why}; got {value!r}: set "
+                      f"a value {span}.")
+
+
+def check_int(key: str, value, *, low: int, why: str = "") -> None:
+  """OptionError unless `value` is an integer (not a bool) >= `low`."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+      or value < low:
+    why = f" ({why})" if why else ""
+    raise OptionError(key, f"{key} must be an integer >= {low}{why}; got "
+                      f"{value!r}: set an integer >= {low}.")
+
+
+def check_choice(key: str, value, choices) -> None:
+  """OptionError unless `value` is one of `choices`."""
+  if value not in choices:
+    raise OptionError(key, f"{key}={value!r} is unknown; choose one of "
+                      f"{', '.join(map(str, choices))}.")
 
 
 class Entry(NamedTuple):

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from grpo_jax import registry
 from grpo_jax.strategies import buffer as buffer_lib
 
 
@@ -125,7 +126,9 @@ def test_operations_keep_shapes_under_jit():
 
 
 def test_init_rejects_an_empty_buffer_and_sample_an_overdraw():
-  with pytest.raises(ValueError, match="capacity"):
+  # The capacity is a strategy's option: an OptionError naming it.
+  with pytest.raises(registry.OptionError,
+                     match=r"capacity must be an integer >= 1"):
     buffer_lib.init(0, 3, 4)
   with pytest.raises(ValueError, match="larger buffer"):
     buffer_lib.sample(buffer_lib.init(2, 3, 4), jax.random.PRNGKey(0), 3)

@@ -136,9 +136,8 @@ def test_prospect_value_by_hand():
 def test_mdp_grpo_bad_options_fail_at_validation(option, value):
   with pytest.raises(ValueError) as error:
     config_lib.validate(config_with("mdp_grpo", **{option: value}))
-  message = str(error.value)
-  for part in ("config.advantage", "mdp_grpo", option):
-    assert part in message, (part, message)
+  assert str(error.value).startswith(
+      f"config.advantage.kwargs.{option}: {option} must be"), error.value
   with pytest.raises(ValueError, match=option):
     advantages.mdp_grpo(np.zeros((1, 2), np.float32), **{option: value})
 
@@ -248,10 +247,9 @@ def test_gpg_unrewarded_batch_and_groups_of_one_give_zero():
 
 
 def test_gpg_bad_f_norm_fails_at_validation():
-  with pytest.raises(ValueError) as error:
+  with pytest.raises(ValueError, match=r"^config\.advantage\.kwargs\.f_norm: "
+                     r"f_norm must be > 0; got 0\.0: set a value > 0"):
     config_lib.validate(config_with("gpg", f_norm=0.0))
-  for part in ("config.advantage", "gpg", "f_norm"):
-    assert part in str(error.value), (part, str(error.value))
 
 
 # ------------------------------------------------ the gpg objective

@@ -177,13 +177,14 @@ def test_sd_grpo_credits_each_segment_with_its_own_sign():
 def test_sd_grpo_fails_at_build_on_bad_options_and_missing_data():
   c = importlib.import_module("configs.sd_grpo").get_config("tiny")
   for option, value, match in (
-      ("lam", 1.5, r"sd_grpo: lam=1\.5 must be in \[0, 1\]"),
-      ("blend_at", "token", r"sd_grpo: blend_at='token' is unknown.*"
+      ("lam", 1.5, r"lam must be in \[0, 1\] .*got 1\.5"),
+      ("blend_at", "token", r"blend_at='token' is unknown.*"
        r"reward, advantage"),
-      ("scale", "batch", r"sd_grpo: scale='batch' is unknown.*group, none")):
+      ("scale", "batch", r"scale='batch' is unknown.*group, none")):
     bad = importlib.import_module("configs.sd_grpo").get_config("tiny")
     bad.advantage.kwargs[option] = value
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=rf"^config\.advantage\.kwargs\."
+                       rf"{option}: {match}"):
       config_lib.validate(bad)
   c.data.task = "arithmetic"
   with pytest.raises(ValueError, match=r"config\.data\.task: 'arithmetic' "

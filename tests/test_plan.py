@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 from configs import grpo
+from configs import replay as configs_replay
+from configs import repo as configs_repo
 from grpo_jax import config as config_lib
 from grpo_jax import models
 from grpo_jax import planning
@@ -282,6 +284,52 @@ def test_lora_update_holds_the_base_once_and_moments_of_the_adapters():
   assert "ref_params" not in result.resident
   assert result.resident["frozen"] == base
   assert update.resident == batch  # only the rollout batch besides
+
+
+@pytest.mark.parametrize("name", ["repo", "replay"])
+def test_replayed_rows_size_the_update_and_log_prob_passes(name):
+  """configs/{repo,replay}.py tiny: the sampler draws P x G = 2 x 4 = 8
+  rows; the rollout batch adds RePO's K = num_replays = 4 slots per group
+  (2 x (4 + 4) = 16 rows, 2 minibatches of 8, one group of G + K = 8
+  sharing its prompt) or row replay's R = rows = 16 (8 + 16 = 24 rows, 4
+  minibatches of 6, one prompt per row). Both are off policy; RePO has
+  KL (beta 0.04), row replay none."""
+  module = {"repo": configs_repo, "replay": configs_replay}[name]
+  c = config_lib.validate(module.get_config("tiny"))
+  rows, minibatch, group = {"repo": (16, 8, 8), "replay": (24, 6, 1)}[name]
+  passes = {"repo": ["old_logprobs", "ref_logprobs"],
+            "replay": ["old_logprobs"]}[name]
+  # The sampler's program is the plain P x G one (not compiled here).
+  result = planning.plan(c, mesh=mesh(c, 1), programs=(
+      "update", "old_logprobs", "ref_logprobs"))
+  s = result.shapes
+  assert (s["rows"], s["batch_rows"], s["minibatch"], s["logprob_rows"]) \
+      == (8, rows, minibatch, rows)
+  assert any(f"{rows} rows a step" in note for note in result.notes)
+  programs = {p.name: p for p in result.programs}
+  assert sorted(programs) == sorted(["update"] + passes)
+  cfg = result.model_config
+  seq = functools.partial(planning.sequence_forward_flops, cfg,
+                          prompt_length=80, completion_length=8)
+  # Forward + backward's two matmuls, one microbatch per minibatch.
+  assert programs["update"].flops == 3 * seq(rows=minibatch,
+                                             group_size=group)
+  assert programs["update"].calls == rows // minibatch
+  for p in passes:
+    assert programs[p].flops == seq(rows=rows, group_size=group)
+    assert programs[p].calls == 1
+  assert result.six_nd == 6 * result.num_params * rows * 88
+  # Batch bytes per row: tokens and input_mask [88], completion_mask,
+  # sampler_logp, old_logp (and ref_logp) [8], advantage, temperature and
+  # the replayed mark; the update takes a minibatch, the whole batch stays.
+  per_row = 4 * (2 * 88 + 8 * (2 + len(passes)) + 3)
+  assert result.resident["rollout_batch"] == rows * per_row
+  # Row replay's update reads no mark off policy (no split loss, no
+  # sampler gap measure), so jit drops that argument.
+  update_row = per_row - (4 if name == "replay" else 0)
+  assert programs["update"].memory.argument == (
+      result.resident["params"] + result.resident["optimizer_and_states"]
+      + minibatch * update_row)
 
 
 def test_sharding_shrinks_the_update_arguments_as_the_mesh_implies():

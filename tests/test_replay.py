@@ -14,6 +14,7 @@ import pytest
 from configs import popo as popo_config
 from grpo_jax import config as config_lib
 from grpo_jax import objectives
+from grpo_jax import registry
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
@@ -176,14 +177,33 @@ def test_config_errors_name_the_field_and_the_fix():
   config.rollout.record_topk = 4
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
     config_lib.validate(config)
+
+
+@pytest.mark.parametrize("option,value,match", [
+    ("capacity", 0, r"capacity must be an integer >= 1 \(the stored "
+     r"groups\); got 0: set an integer >= 1"),
+    ("capacity", 8.0, r"capacity must be an integer >= 1.*got 8\.0"),
+    ("tau_rec", -1.0, r"tau_rec must be > 0 \(the recency scale.*got -1\.0: "
+     r"set a value > 0"),
+    ("tau_rec", float("inf"), r"tau_rec must be finite; got inf"),
+    ("quality", "max", r"quality='max' is unknown; choose one of std, mean"),
+])
+def test_option_values_fail_at_validation_naming_the_field(option, value,
+                                                           match):
+  """Each POPO option out of range is a `registry.OptionError`:
+  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  the strategy's own build refuses it too."""
   config = popo_config.get_config("tiny")
-  config.groups.kwargs.capacity = 0
-  with pytest.raises(ValueError, match=r"config\.groups\.kwargs: .*capacity"):
+  # A new dict: the ConfigDict would refuse a value of another type.
+  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
+  field = rf"^config\.groups\.kwargs\.{option}: "
+  with pytest.raises(ValueError, match=field + match):
     config_lib.validate(config)
-  config = popo_config.get_config("tiny")
-  config.groups.kwargs.tau_rec = -1.0
-  with pytest.raises(ValueError, match=r"config\.groups\.kwargs: .*tau_rec"):
-    config_lib.validate(config)
+  with pytest.raises(registry.OptionError, match=match) as error:
+    strategies.make_group_strategy(
+        "popo", layout=rollout.group_layout(config),
+        **dict(config.groups.kwargs))
+  assert error.value.key == option
 
 
 def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):

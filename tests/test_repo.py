@@ -18,6 +18,7 @@ from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import objectives
+from grpo_jax import registry
 from grpo_jax import repo_rollout
 from grpo_jax import rollout
 from grpo_jax import strategies
@@ -166,11 +167,12 @@ def test_config_errors_name_the_field_and_the_fix():
       (("groups.kwargs.capacity", 50),
        r"config\.groups\.kwargs\.capacity: 50 slots .*100 problems"),
       (("groups.kwargs.min_cache_to_replay", 9),
-       r"config\.groups\.kwargs: .*min_cache_to_replay=9 exceeds"),
+       r"config\.groups\.kwargs\.min_cache_to_replay: "
+       r"min_cache_to_replay=9 exceeds"),
       (("groups.kwargs.strategy", "best"),
-       r"config\.groups\.kwargs: .*strategy='best'"),
+       r"config\.groups\.kwargs\.strategy: strategy='best'"),
       (("groups.kwargs.off_policy_coef", -1.0),
-       r"config\.groups\.kwargs: .*off_policy_coef"),
+       r"config\.groups\.kwargs\.off_policy_coef: "),
       (("filter.name", "gfpo"), r"config\.filter\.name"),
       (("credit.name", "gtpo"), r"config\.credit\.name"),
       (("rows.name", "mask_truncated"), r"config\.rows\.name"),
@@ -201,6 +203,51 @@ def test_config_errors_name_the_field_and_the_fix():
   config.groups.kwargs.capacity = 8
   config.groups.kwargs.prompt_ids = "hash"  # 100 ids folded into 8 slots
   config_lib.validate(config)
+
+
+@pytest.mark.parametrize("option,value,match", [
+    ("capacity", 0, r"capacity=0 must be an integer >= 1.*set the task's "
+     r"number of problems"),
+    ("capacity", 2.5, r"capacity=2\.5 must be an integer"),
+    ("prompt_ids", "mod", r"prompt_ids='mod' is unknown; choose one of "
+     r"exact, hash"),
+    ("max_cache_size", 0, r"max_cache_size must be an integer >= 1.*; "
+     r"got 0: set an integer >= 1"),
+    ("min_cache_to_replay", 0, r"min_cache_to_replay must be an integer "
+     r">= 1"),
+    ("num_replays", True, r"num_replays must be an integer >= 1.*got True"),
+    ("advantage_mode", "joint", r"advantage_mode='joint' is unknown; choose "
+     r"one of split, mixed"),
+    ("off_policy_coef", float("nan"), r"off_policy_coef must be >= 0.*; got "
+     r"nan: set a value >= 0"),
+])
+def test_option_values_fail_at_validation_naming_the_field(option, value,
+                                                           match):
+  """Each RePO option out of range is a `registry.OptionError`:
+  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  the strategy's own build refuses it too."""
+  config = repo_config.get_config("tiny")
+  # A new dict: the ConfigDict would refuse a value of another type.
+  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
+  field = rf"^config\.groups\.kwargs\.{option}: "
+  with pytest.raises(ValueError, match=field + match):
+    config_lib.validate(config)
+  with pytest.raises(registry.OptionError, match=match) as error:
+    strategies.make_group_strategy(
+        "repo", layout=rollout.group_layout(config),
+        **dict(config.groups.kwargs))
+  assert error.value.key == option
+
+
+def test_max_variance_k_over_too_many_subsets_names_num_replays():
+  config = repo_config.get_config("tiny")
+  config.groups.kwargs.update(strategy="max_variance_k", max_cache_size=40,
+                              min_cache_to_replay=8, num_replays=8)
+  # C(40, 8) = 76,904,685 subsets: more than the 100,000 it scores.
+  with pytest.raises(ValueError, match=r"^config\.groups\.kwargs\."
+                     r"num_replays: max_variance_k scores all C\(40, 8\) = "
+                     r"76904685 subsets.*lower num_replays"):
+    config_lib.validate(config)
 
 
 # --------------------------------------------------------- the split loss

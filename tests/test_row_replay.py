@@ -14,6 +14,7 @@ import pytest
 from configs import replay as replay_config
 from grpo_jax import config as config_lib
 from grpo_jax import objectives
+from grpo_jax import registry
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
@@ -134,13 +135,6 @@ def test_config_errors_name_the_field_and_the_fix():
   with pytest.raises(ValueError, match=r"config\.objective\.name: 'ppo_clip'"
                      r".*decoupled_ppo"):
     config_lib.validate(config)
-  for option, value in (("rows", 0), ("tau_max", -1), ("power", 0.0),
-                        ("capacity", 0), ("rows", 300)):
-    config = replay_config.get_config("tiny")
-    config.groups.kwargs[option] = value
-    with pytest.raises(ValueError,
-                       match=rf"config\.groups\.kwargs: .*{option}="):
-      config_lib.validate(config)
   config = replay_config.get_config("tiny")
   config.groups.kwargs.rows = 3  # 8 + 3 rows in 4 minibatches
   with pytest.raises(ValueError, match=r"config\.train\.num_minibatches: "
@@ -155,6 +149,35 @@ def test_config_errors_name_the_field_and_the_fix():
   config.rollout.record_topk = 4
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
     config_lib.validate(config)
+
+
+@pytest.mark.parametrize("option,value,match", [
+    ("rows", 0, r"rows must be an integer >= 1 \(rows replayed per step\); "
+     r"got 0: set an integer >= 1"),
+    ("rows", 300, r"rows=300 exceeds capacity=256: a step cannot draw more "
+     r"rows than the buffer holds; lower rows or raise capacity"),
+    ("tau_max", -1, r"tau_max must be an integer >= 0.*got -1"),
+    ("power", 0.0, r"power must be > 0.*got 0\.0: set a value > 0"),
+    ("power", "1", r"power must be a real number; got '1'"),
+    ("capacity", 0, r"capacity must be an integer >= 1 \(the stored rows\); "
+     r"got 0"),
+])
+def test_option_values_fail_at_validation_naming_the_field(option, value,
+                                                           match):
+  """Each row-replay option out of range is a `registry.OptionError`:
+  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  the strategy's own build refuses it too."""
+  config = replay_config.get_config("tiny")
+  # A new dict: the ConfigDict would refuse a value of another type.
+  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
+  field = rf"^config\.groups\.kwargs\.{option}: "
+  with pytest.raises(ValueError, match=field + match):
+    config_lib.validate(config)
+  with pytest.raises(registry.OptionError, match=match) as error:
+    strategies.make_group_strategy(
+        "replay", layout=rollout.group_layout(config),
+        **dict(config.groups.kwargs))
+  assert error.value.key == option
 
 
 def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):

@@ -43,7 +43,12 @@ statistic. A new estimator is one function in a family file under
 contract suite (tests/contracts/test_estimators.py) then runs it. Its
 metadata also says which rewards it takes (``reward_range``,
 ``min_reward_columns``): `check_reward_columns` holds a config's reward
-columns to them before any compute.
+columns to them before any compute. One that takes options declares
+``check=``, their values' domains (`_kit.check_real`, ``check_int``,
+``check_choice``, ``check_std_options``): `make` and `config.validate`
+refuse a bad value with a `registry.OptionError` naming the option
+(``config.advantage.kwargs.<option>: ...``); the contract suite holds a
+bad value of each such estimator.
 
 A stateful estimator (``ebpo``, ``avspo``, ``spo``, ``riskpo``) declares
 its state with ``state=_kit.StateSpec(init=...)``: its function takes the state after the
@@ -159,12 +164,13 @@ def check_options(name: str, options: Mapping[str, Any], *,
   """ValueError naming the first key of `options` that `name` does not take
   (the group data it reads, such as ``valid``, is not an option; a stateful
   estimator's state options, those of its ``init``, are), then its
-  metadata ``check`` on their values (an `OptionError` naming the option,
-  as ``<field>.<option>: ...``)."""
+  metadata ``check`` on their values, its defaults filled in (an
+  `OptionError` naming the option, as ``<field>.<option>: ...``)."""
   ESTIMATORS.check_options(name, options, field=field,
                            extra=_kit.state_options(name),
                            exclude=_kit.all_reads(name))
-  ESTIMATORS.check_values(name, options, field=field)
+  ESTIMATORS.check_values(name, {**_kit.option_defaults(name), **options},
+                          field=field)
 
 
 def meta(name: str, **options) -> dict:

@@ -86,8 +86,11 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       it against the task's ids.
     check: None, or ``check(**options)`` raising `registry.OptionError`
       (naming the option) for an out-of-range option value, state options
-      included; `advantages.check_options` runs it, so `make` and
-      `config.validate` refuse such a value before any compute.
+      included; `advantages.check_options` runs it with every option, the
+      estimator's defaults filled in (`option_defaults`: a rule across
+      options, r_min < r_max, reads the values in use), so `make` and
+      `config.validate` refuse such a value before any compute. Built from
+      `check_real`, `check_int`, `check_choice` and `check_std_options`.
     examples: keyword options the contract suite runs the estimator with.
   """
   return ESTIMATORS.register(
@@ -129,10 +132,35 @@ def state_options(name: str) -> Tuple[str, ...]:
   return keys
 
 
-def check_choice(argument: str, value: str, choices: Tuple[str, ...]) -> None:
-  if value not in choices:
-    raise registry.OptionError(argument, f"{argument}={value!r} is unknown; "
-                               f"choose one of {', '.join(choices)}.")
+def option_defaults(name: str) -> dict:
+  """The defaults of `name`'s keyword options: its function's (the group
+  data it reads excluded) and its state's (`state_options`)."""
+  fns = [ESTIMATORS.get(name)]
+  spec = ESTIMATORS.entry(name).meta["state"]
+  if spec is not None:
+    fns += [spec.init] + ([spec.offline] if spec.offline else [])
+  keys = set(ESTIMATORS.options(name, exclude=all_reads(name))
+             + state_options(name))
+  return {key: p.default for fn in fns
+          for key, p in inspect.signature(fn).parameters.items()
+          if key in keys and p.default is not p.empty}
+
+
+# The range checks an estimator's ``check`` is made of; each raises
+# `registry.OptionError` naming the option and the values to set.
+check_choice = registry.check_choice
+check_real = registry.check_real
+check_int = registry.check_int
+
+
+def check_std_options(*, eps, ddof, **_) -> None:
+  """The std options most estimators share: `eps` (added to a std or a
+  variance) finite and >= 0, so it never cancels a spread or flips its
+  sign; `ddof` an integer >= 0 (its bound by the group size is
+  `check_ddof`'s, at the call). The whole ``check`` of an estimator whose
+  only options they are."""
+  check_real("eps", eps, low=0.0)
+  check_int("ddof", ddof, low=0)
 
 
 def check_rewards(rewards, rank: int, letters: str) -> jnp.ndarray:

@@ -16,25 +16,17 @@ from grpo_jax.advantages import _kit
 # ------------------------------------------------------------------ MDP-GRPO
 
 
-def _check_mdp_options(mix, anchor_scale, gain_power, loss_power,
-                       loss_aversion, bound) -> None:
-  if not 0.0 <= mix <= 1.0:
-    raise ValueError(f"mdp_grpo: mix={mix!r} must lie in [0, 1] (the "
-                     "absolute anchor's share).")
-  for name, value in (("anchor_scale", anchor_scale),
-                      ("gain_power", gain_power), ("loss_power", loss_power),
-                      ("loss_aversion", loss_aversion), ("bound", bound)):
-    if not value > 0:
-      raise ValueError(f"mdp_grpo: {name}={value!r} must be positive.")
-
-
-def _mdp_domain(mix=0.5, anchor_scale=0.5, gain_power=0.88, loss_power=0.88,
-                loss_aversion=2.25, bound=3.0, **_):
-  # Resolved by `advantages.meta` when config.validate checks the rewards:
-  # bad options fail there, before any compute. Any reward is accepted.
-  _check_mdp_options(mix, anchor_scale, gain_power, loss_power,
-                     loss_aversion, bound)
-  return None
+def _check_mdp_options(*, mix, anchor, anchor_scale, gain_power, loss_power,
+                       loss_aversion, bound, eps, ddof, **_) -> None:
+  # The registry's ``check``: config.validate refuses a bad value before any
+  # compute, naming it.
+  _kit.check_real("mix", mix, low=0.0, high=1.0)  # the absolute anchor's share
+  _kit.check_real("anchor", anchor)
+  for key, value in (("anchor_scale", anchor_scale),
+                     ("gain_power", gain_power), ("loss_power", loss_power),
+                     ("loss_aversion", loss_aversion), ("bound", bound)):
+    _kit.check_real(key, value, low=0.0, low_open=True)
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 def prospect_value(x, *, gain_power: float = 0.88, loss_power: float = 0.88,
@@ -56,7 +48,8 @@ def prospect_value(x, *, gain_power: float = 0.88, loss_power: float = 0.88,
     paper="MDP-GRPO (seed 000 para. 17; reconstruction)",
     # The anchor term gives an all-equal group (and a group of one) the
     # advantage of its absolute reward: it is the point of the method.
-    constant_group_zero=False, shift_invariant=False, reward_range=_mdp_domain,
+    constant_group_zero=False, shift_invariant=False,
+    check=_check_mdp_options,
     examples=({}, {"mix": 0.0}, {"mix": 1.0, "bound": 1.0},
               {"loss_aversion": 1.0, "gain_power": 1.0, "loss_power": 1.0,
                "ddof": 0}))
@@ -91,8 +84,10 @@ def mdp_grpo(rewards, *, mix: float = 0.5, anchor: float = 0.5,
     [P, G] float32 advantages in [-bound, bound].
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_mdp_options(mix, anchor_scale, gain_power, loss_power,
-                     loss_aversion, bound)
+  _check_mdp_options(mix=mix, anchor=anchor, anchor_scale=anchor_scale,
+                     gain_power=gain_power, loss_power=loss_power,
+                     loss_aversion=loss_aversion, bound=bound, eps=eps,
+                     ddof=ddof)
   z = _kit.standardize_groups(rewards, eps=eps, ddof=ddof)
   x = (1.0 - mix) * z + mix * (rewards - anchor) / anchor_scale
   value = prospect_value(x, gain_power=gain_power, loss_power=loss_power,
@@ -156,15 +151,8 @@ def remax(rewards, *, greedy_rewards=None, weights=None) -> jnp.ndarray:
 # ----------------------------------------------------------------------- GPG
 
 
-def _check_f_norm(f_norm) -> None:
-  if not f_norm > 0:
-    raise ValueError(f"gpg: f_norm={f_norm!r} must be positive.")
-
-
-def _gpg_domain(f_norm=1.0, **_):
-  # As `_mdp_domain`: config.validate checks f_norm through it.
-  _check_f_norm(f_norm)
-  return None
+def _check_f_norm(*, f_norm, **_) -> None:
+  _kit.check_real("f_norm", f_norm, low=0.0, low_open=True)
 
 
 @_kit.register(
@@ -172,7 +160,7 @@ def _gpg_domain(f_norm=1.0, **_):
     reads=("valid",),
     # The scale counts the batch's rewarded rows, and a zero reward is an
     # absolute value.
-    independent_groups=False, shift_invariant=False, reward_range=_gpg_domain,
+    independent_groups=False, shift_invariant=False, check=_check_f_norm,
     examples=({}, {"f_norm": 2.0}))
 def gpg(rewards, *, f_norm: float = 1.0, valid=None) -> jnp.ndarray:
   """GPG's advantage: the group-centred reward, rescaled by the share of
@@ -197,7 +185,7 @@ def gpg(rewards, *, f_norm: float = 1.0, valid=None) -> jnp.ndarray:
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_f_norm(f_norm)
+  _check_f_norm(f_norm=f_norm)
   valid = _kit.check_valid(valid, rewards.shape[0])
   rows = jnp.broadcast_to(valid[:, None], rewards.shape)
   batch_rows = rows.sum().astype(jnp.float32)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax.scipy import special
 
 from grpo_jax import groups as groups_lib
+from grpo_jax import registry
 from grpo_jax.advantages import _kit
 
 # ---------------------------------------------------------------------- BNPO
@@ -19,14 +20,24 @@ _FLAT_VARIANCE = 1e-12
 
 
 def _check_rescale(r_min: float, r_max: float) -> None:
+  _kit.check_real("r_min", r_min)
+  _kit.check_real("r_max", r_max)
   if not r_max > r_min:
-    raise ValueError(
-        f"r_max={r_max!r} must exceed r_min={r_min!r} (BNPO maps rewards "
-        "from [r_min, r_max] onto [0, 1]).")
+    raise registry.OptionError(
+        "r_max", f"r_max={r_max!r} must exceed r_min={r_min!r} (BNPO maps "
+        "rewards from [r_min, r_max] onto [0, 1]); set r_max above r_min.")
+
+
+def _check_bnpo(*, r_min, r_max, decompose, max_weight, **_) -> None:
+  _check_rescale(r_min, r_max)
+  if not isinstance(decompose, bool):
+    raise registry.OptionError(
+        "decompose", f"decompose={decompose!r} must be True (one Beta per "
+        "reward column) or False (one for the weighted sum).")
+  _kit.check_real("max_weight", max_weight, low=0.0, low_open=True)
 
 
 def _bnpo_domain(r_min: float = 0.0, r_max: float = 1.0, **_):
-  _check_rescale(r_min, r_max)
   return (r_min, r_max)
 
 
@@ -77,7 +88,7 @@ def _bnpo_column(scaled, valid, max_weight):
     input="PGK", output="group", paper="arXiv 2506.02864",
     reads=("weights", "valid"), independent_groups=False,
     # The Beta is fitted to absolute success rates.
-    shift_invariant=False, reward_range=_bnpo_domain,
+    shift_invariant=False, reward_range=_bnpo_domain, check=_check_bnpo,
     reward_range_of=lambda decompose=True, **_: (
         "columns" if decompose else "sum"),
     # The contract groups weigh their [0, 1] columns 1, 0.5: a sum in [0, 1.5].
@@ -115,9 +126,8 @@ def bnpo(rewards, weights, *, r_min: float = 0.0, r_max: float = 1.0,
   rewards = _kit.check_rewards(rewards, 3, "P, G, K")
   weights = _kit.check_weights(weights, rewards.shape[-1])
   valid = _kit.check_valid(valid, rewards.shape[0])
-  _check_rescale(r_min, r_max)
-  if not max_weight > 0:
-    raise ValueError(f"max_weight={max_weight!r} must be positive.")
+  _check_bnpo(r_min=r_min, r_max=r_max, decompose=decompose,
+              max_weight=max_weight)
   if decompose:
     columns, mix = rewards, weights / rewards.shape[-1]
   else:
@@ -169,10 +179,9 @@ def whiten_tokens(x, *, lengths, valid, eps: float, ddof: int):
   return _kit.zero_fillers(jnp.where(constant, 0.0, whitened), valid)
 
 
-def _check_whitening(rewards, lengths, valid, ddof):
+def _check_whitening(rewards, lengths, valid, eps, ddof):
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  if ddof < 0:
-    raise ValueError(f"ddof={ddof!r} must be >= 0.")
+  _kit.check_std_options(eps=eps, ddof=ddof)
   return (rewards, _kit.check_lengths(lengths, rewards.shape),
           _kit.check_valid(valid, rewards.shape[0]))
 
@@ -181,7 +190,8 @@ def _check_whitening(rewards, lengths, valid, ddof):
     input="PG", output="group", paper="arXiv 2501.03262",
     reads=("lengths", "valid"), independent_groups=False,
     # No group baseline: a constant group gets R minus the batch mean.
-    constant_group_zero=False, examples=({}, {"eps": 1e-6}, {"ddof": 0}))
+    constant_group_zero=False, check=_kit.check_std_options,
+    examples=({}, {"eps": 1e-6}, {"ddof": 0}))
 def reinforce_plus_plus(rewards, *, eps: float = 1e-8, ddof: int = 1,
                         lengths=None, valid=None) -> jnp.ndarray:
   """REINFORCE++: the reward whitened over the batch's tokens, no baseline.
@@ -203,7 +213,8 @@ def reinforce_plus_plus(rewards, *, eps: float = 1e-8, ddof: int = 1,
   Returns:
     [P, G] float32 advantages.
   """
-  rewards, lengths, valid = _check_whitening(rewards, lengths, valid, ddof)
+  rewards, lengths, valid = _check_whitening(rewards, lengths, valid, eps,
+                                            ddof)
   return whiten_tokens(rewards, lengths=lengths, valid=valid, eps=eps,
                        ddof=ddof)
 
@@ -213,7 +224,8 @@ def reinforce_plus_plus(rewards, *, eps: float = 1e-8, ddof: int = 1,
     reads=("lengths", "valid"), independent_groups=False,
     # Whitening shifts by the batch mean of the centred rewards, which the
     # token weights make nonzero: a constant group gets -mean / std.
-    constant_group_zero=False, examples=({}, {"eps": 1e-6}, {"ddof": 0}))
+    constant_group_zero=False, check=_kit.check_std_options,
+    examples=({}, {"eps": 1e-6}, {"ddof": 0}))
 def reinforce_plus_plus_baseline(rewards, *, eps: float = 1e-8,
                                  ddof: int = 1, lengths=None, valid=None
                                  ) -> jnp.ndarray:
@@ -233,6 +245,7 @@ def reinforce_plus_plus_baseline(rewards, *, eps: float = 1e-8,
   Returns:
     [P, G] float32 advantages.
   """
-  rewards, lengths, valid = _check_whitening(rewards, lengths, valid, ddof)
+  rewards, lengths, valid = _check_whitening(rewards, lengths, valid, eps,
+                                            ddof)
   return whiten_tokens(_kit.centered(rewards, -1), lengths=lengths,
                        valid=valid, eps=eps, ddof=ddof)

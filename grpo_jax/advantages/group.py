@@ -49,11 +49,20 @@ _SCALES = {"group": _group_scale, "batch": _batch_scale, "none": _no_scale}
 SCALES = tuple(_SCALES)
 
 
+def _check_scaled(choices):
+  """The ``check`` of an estimator whose options are a `scale` among
+  `choices` and the std's eps and ddof."""
+  def check(*, scale, eps, ddof, **_):
+    _kit.check_choice("scale", scale, choices)
+    _kit.check_std_options(eps=eps, ddof=ddof)
+  return check
+
+
 @_kit.register(
     input="PG", output="group", paper="arXiv 2402.03300", reads=("valid",),
     # scale="batch" divides every group by one batch std.
     independent_groups=lambda scale="group", **_: scale != "batch",
-    members=True,
+    members=True, check=_check_scaled(SCALES),
     examples=({}, {"scale": "batch"}, {"scale": "none"}, {"ddof": 0}))
 def grpo(rewards, *, scale: str = "group", eps: float = 1e-6, ddof: int = 1,
          valid=None, members=None) -> jnp.ndarray:
@@ -173,6 +182,7 @@ PASS_AT_K_SCALES = ("group", "none")
 
 
 @_kit.register(input="PG", output="group", paper="arXiv 2503.19595",
+               check=_check_scaled(PASS_AT_K_SCALES),
                examples=({}, {"scale": "none"}, {"ddof": 0}))
 def pass_at_k(rewards, *, scale: str = "group", eps: float = 1e-6,
               ddof: int = 1) -> jnp.ndarray:

@@ -17,7 +17,7 @@ from grpo_jax.advantages import group
 @_kit.register(
     input="PGK", output="group", paper="arXiv 2601.05242",
     independent_groups=False,  # the batch renormalisation couples groups
-    reads=("weights", "valid"),
+    reads=("weights", "valid"), check=_kit.check_std_options,
     examples=({}, {"ddof": 0}, {"eps": 1e-4}))
 def gdpo(rewards, weights, *, eps: float = 1e-6, ddof: int = 1, valid=None
          ) -> jnp.ndarray:
@@ -58,9 +58,15 @@ def gdpo(rewards, weights, *, eps: float = 1e-6, ddof: int = 1, valid=None
   return _kit.zero_fillers(advantages, valid)
 
 
+def _check_dvao(*, eps, ddof, weight_power, floor, **_) -> None:
+  _kit.check_std_options(eps=eps, ddof=ddof)
+  _kit.check_real("weight_power", weight_power)
+  _kit.check_real("floor", floor, low=0.0, high=1.0)
+
+
 @_kit.register(
     input="PGK", output="group", paper="arXiv 2605.25604",
-    reads=("weights",), min_reward_columns=2,
+    reads=("weights",), min_reward_columns=2, check=_check_dvao,
     examples=({}, {"weight_power": 0.5}, {"weight_power": -1.0},
               {"floor": 0.2}, {"ddof": 0}))
 def dvao(rewards, weights, *, eps: float = 1e-6, ddof: int = 1,
@@ -95,8 +101,7 @@ def dvao(rewards, weights, *, eps: float = 1e-6, ddof: int = 1,
   """
   rewards = _kit.check_rewards(rewards, 3, "P, G, K")
   weights = _kit.check_weights(weights, rewards.shape[-1])
-  if not 0.0 <= floor <= 1.0:
-    raise ValueError(f"floor={floor!r} must be in [0, 1].")
+  _check_dvao(eps=eps, ddof=ddof, weight_power=weight_power, floor=floor)
   _kit.check_ddof(ddof, rewards.shape[1])
   columns = jnp.swapaxes(rewards * weights[None, None, :], 1, 2)  # [P, K, G]
   sd = _kit.std(columns, -1, ddof)  # [P, K, 1]

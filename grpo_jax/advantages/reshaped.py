@@ -16,6 +16,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from grpo_jax import registry
 from grpo_jax.advantages import _kit
 
 
@@ -30,18 +31,16 @@ def _check_pg(argument: str, x, shape) -> jnp.ndarray:
 # --------------------------------------------------------------------- NGRPO
 
 
-def _check_ngrpo(r_max: float, n_virtual: int) -> None:
-  if not math.isfinite(r_max):
-    raise ValueError(f"ngrpo: r_max={r_max!r} must be finite; set it to the "
-                     "largest reward the rewards reach (1.0 for accuracy).")
-  if not (isinstance(n_virtual, int) and n_virtual >= 1):
-    raise ValueError(f"ngrpo: n_virtual={n_virtual!r} must be an integer "
-                     ">= 1 (the paper's add_max_reward_num, default 1).")
+def _check_ngrpo(*, r_max, n_virtual, eps, ddof, **_) -> None:
+  _kit.check_real("r_max", r_max, why="the largest reward the rewards "
+                  "reach, 1.0 for accuracy")
+  _kit.check_int("n_virtual", n_virtual, low=1, why="the paper's "
+                 "add_max_reward_num, default 1")
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
-def _ngrpo_domain(r_max: float = 1.0, n_virtual: int = 1, **_):
+def _ngrpo_domain(r_max: float = 1.0, **_):
   # The virtual member is the group's maximum only if no reward exceeds it.
-  _check_ngrpo(r_max, n_virtual)
   return (-math.inf, r_max)
 
 
@@ -50,7 +49,7 @@ def _ngrpo_domain(r_max: float = 1.0, n_virtual: int = 1, **_):
     # The virtual r_max member gives an all-equal group below r_max a
     # negative advantage, and absolute reward values matter.
     constant_group_zero=False, shift_invariant=False,
-    reward_range=_ngrpo_domain,
+    reward_range=_ngrpo_domain, check=_check_ngrpo,
     examples=({}, {"r_max": 2.0, "n_virtual": 2}, {"ddof": 0}))
 def ngrpo(rewards, *, r_max: float = 1.0, n_virtual: int = 1,
           eps: float = 1e-6, ddof: int = 1) -> jnp.ndarray:
@@ -78,7 +77,7 @@ def ngrpo(rewards, *, r_max: float = 1.0, n_virtual: int = 1,
     [P, G] float32 advantages.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_ngrpo(r_max, n_virtual)
+  _check_ngrpo(r_max=r_max, n_virtual=n_virtual, eps=eps, ddof=ddof)
   p, g = rewards.shape
   if g == 1:
     return jnp.zeros_like(rewards)
@@ -90,16 +89,10 @@ def ngrpo(rewards, *, r_max: float = 1.0, n_virtual: int = 1,
 # ----------------------------------------------------------------- SEED-GRPO
 
 
-def _check_alpha(alpha: float) -> None:
-  if not 0.0 <= alpha <= 1.0:
-    raise ValueError(
-        f"seed_grpo: alpha={alpha!r} must lie in [0, 1] (the factor "
-        "1 - alpha SE / SE_max stays in [0, 1]); the default is 0.5.")
-
-
-def _seed_domain(alpha: float = 0.5, **_):
-  _check_alpha(alpha)
-  return None
+def _check_seed(*, alpha, eps, ddof, **_) -> None:
+  _kit.check_real("alpha", alpha, low=0.0, high=1.0, why="the factor 1 - "
+                  "alpha SE / SE_max stays in [0, 1]; the default is 0.5")
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 def semantic_entropy(answer_ids) -> jnp.ndarray:
@@ -124,7 +117,7 @@ def semantic_entropy(answer_ids) -> jnp.ndarray:
 @_kit.register(
     input="PG", output="group",
     paper="arXiv 2505.12346 (SEED-GRPO; reconstruction)",
-    reads=("answer_ids",), reward_range=_seed_domain,
+    reads=("answer_ids",), check=_check_seed,
     examples=({}, {"alpha": 1.0}, {"alpha": 0.0, "ddof": 0}))
 def seed_grpo(rewards, *, alpha: float = 0.5, eps: float = 1e-6,
               ddof: int = 1, answer_ids=None) -> jnp.ndarray:
@@ -151,7 +144,7 @@ def seed_grpo(rewards, *, alpha: float = 0.5, eps: float = 1e-6,
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_alpha(alpha)
+  _check_seed(alpha=alpha, eps=eps, ddof=ddof)
   if answer_ids is None:
     raise ValueError("seed_grpo needs answer_ids [P, G] (GroupData."
                      "answer_ids, which the rollout fills when the estimator "
@@ -167,19 +160,12 @@ LAMPO_SCORES = ("mean", "sum")
 LAMPO_SCALES = ("none", "std")
 
 
-def _check_lampo(beta: float, score: str, scale: str) -> None:
-  if not beta >= 0.0:
-    raise ValueError(f"lampo: beta={beta!r} must be >= 0 (0 is RLOO); a "
-                     "negative beta would amplify the pairs the policy "
-                     "already ranks right.")
-  _kit.check_choice("lampo: score", score, LAMPO_SCORES)
-  _kit.check_choice("lampo: scale", scale, LAMPO_SCALES)
-
-
-def _lampo_domain(beta: float = 1.0, score: str = "mean",
-                  scale: str = "none", **_):
-  _check_lampo(beta, score, scale)
-  return None
+def _check_lampo(*, beta, score, scale, eps, ddof, **_) -> None:
+  _kit.check_real("beta", beta, low=0.0, why="0 is RLOO; a negative beta "
+                  "would amplify the pairs the policy already ranks right")
+  _kit.check_choice("score", score, LAMPO_SCORES)
+  _kit.check_choice("scale", scale, LAMPO_SCALES)
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 def sequence_scores(sequence_logprobs, lengths, score: str) -> jnp.ndarray:
@@ -194,7 +180,7 @@ def sequence_scores(sequence_logprobs, lengths, score: str) -> jnp.ndarray:
 @_kit.register(
     input="PG", output="group",
     paper="LamPO / LambdaPO (seed 000 para. 54, 59; reconstruction)",
-    reads=("sequence_logprobs", "lengths"), reward_range=_lampo_domain,
+    reads=("sequence_logprobs", "lengths"), check=_check_lampo,
     examples=({}, {"beta": 0.0}, {"beta": 3.0, "score": "sum"},
               {"scale": "std", "ddof": 0}))
 def lampo(rewards, *, beta: float = 1.0, score: str = "mean",
@@ -230,7 +216,7 @@ def lampo(rewards, *, beta: float = 1.0, score: str = "mean",
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_lampo(beta, score, scale)
+  _check_lampo(beta=beta, score=score, scale=scale, eps=eps, ddof=ddof)
   if sequence_logprobs is None:
     raise ValueError("lampo needs sequence_logprobs [P, G] (GroupData."
                      "sequence_logprobs, the sampler's summed log-probs).")
@@ -257,22 +243,17 @@ def lampo(rewards, *, beta: float = 1.0, score: str = "mean",
 EDGE_NORMALIZERS = ("batch", "group")
 
 
-def _check_edge(normalizer: str, min_entropy: float) -> None:
-  _kit.check_choice("edge_grpo: normalizer", normalizer, EDGE_NORMALIZERS)
-  if not min_entropy > 0.0:
-    raise ValueError(f"edge_grpo: min_entropy={min_entropy!r} must be > 0 "
-                     "(the floor H_i is clamped to before dividing); the "
-                     "default is 1e-6.")
-
-
-def _edge_domain(normalizer: str = "batch", min_entropy: float = 1e-6, **_):
-  _check_edge(normalizer, min_entropy)
-  return None
+def _check_edge(*, normalizer, eps, ddof, min_entropy, **_) -> None:
+  _kit.check_choice("normalizer", normalizer, EDGE_NORMALIZERS)
+  _kit.check_std_options(eps=eps, ddof=ddof)
+  _kit.check_real("min_entropy", min_entropy, low=0.0, low_open=True,
+                  why="the floor H_i is clamped to before dividing; the "
+                  "default is 1e-6")
 
 
 @_kit.register(
     input="PG", output="group", paper="arXiv 2507.21848 (EDGE-GRPO)",
-    reads=("entropies", "lengths", "valid"), reward_range=_edge_domain,
+    reads=("entropies", "lengths", "valid"), check=_check_edge,
     # The batch mean entropy couples the groups.
     independent_groups=lambda normalizer="batch", **_: normalizer != "batch",
     examples=({}, {"normalizer": "group"}, {"eps": 1e-6, "ddof": 0}))
@@ -309,7 +290,8 @@ def edge_grpo(rewards, *, normalizer: str = "batch", eps: float = 1e-4,
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_edge(normalizer, min_entropy)
+  _check_edge(normalizer=normalizer, eps=eps, ddof=ddof,
+              min_entropy=min_entropy)
   if entropies is None:
     raise ValueError("edge_grpo needs entropies [P, G] (GroupData.entropies, "
                      "each completion's mean token entropy).")
@@ -330,20 +312,18 @@ def edge_grpo(rewards, *, normalizer: str = "batch", eps: float = 1e-4,
 # ------------------------------------------------------------------ GRPO-LEAD
 
 
-def _check_lead(low: float, high: float, k: float) -> None:
-  if not 0.0 <= low <= high < math.inf:
-    raise ValueError(f"grpo_lead: low={low!r} and high={high!r} must satisfy "
-                     "0 <= low <= high (the weight's range; the paper's 0.4 "
-                     "and 1.5).")
-  if not 0.0 <= k < math.inf:
-    raise ValueError(f"grpo_lead: k={k!r} must be a finite number >= 0 (the "
-                     "logistic's steepness; the paper's 10).")
-
-
-def _lead_domain(low: float = 0.4, high: float = 1.5, k: float = 10.0, **_):
-  # Any reward; the options' checks run at config validation.
-  _check_lead(low, high, k)
-  return None
+def _check_lead(*, low, high, k, x0, eps, ddof, **_) -> None:
+  for key, value in (("low", low), ("high", high)):
+    _kit.check_real(key, value, low=0.0, why="the weight's range; the "
+                    "paper's 0.4 and 1.5")
+  if not low <= high:
+    raise registry.OptionError(
+        "high", f"low={low!r} and high={high!r} must satisfy low <= high "
+        "(the weight's range; the paper's 0.4 and 1.5); set high >= low.")
+  _kit.check_real("k", k, low=0.0, why="the logistic's steepness; the "
+                  "paper's 10")
+  _kit.check_real("x0", x0, why="the logistic's midpoint; the paper's 0.75")
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 def lead_weight(x, *, low: float = 0.4, high: float = 1.5, k: float = 10.0,
@@ -355,7 +335,7 @@ def lead_weight(x, *, low: float = 0.4, high: float = 1.5, k: float = 10.0,
 @_kit.register(
     input="PG", output="group", paper="GRPO-LEAD (seed 002 para. 42)",
     # R > 0 decides rho: absolute reward values matter.
-    shift_invariant=False, reward_range=_lead_domain,
+    shift_invariant=False, check=_check_lead,
     examples=({}, {"k": 5.0, "x0": 0.5}, {"low": 1.0, "high": 1.0}))
 def grpo_lead(rewards, *, low: float = 0.4, high: float = 1.5,
               k: float = 10.0, x0: float = 0.75, eps: float = 1e-6,
@@ -385,7 +365,7 @@ def grpo_lead(rewards, *, low: float = 0.4, high: float = 1.5,
     [P, G] float32 advantages.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_lead(low, high, k)
+  _check_lead(low=low, high=high, k=k, x0=x0, eps=eps, ddof=ddof)
   a = _kit.standardize_groups(rewards, eps=eps, ddof=ddof)
   rho = (rewards > 0).astype(jnp.float32).mean(axis=-1, keepdims=True)
   opts = dict(low=low, high=high, k=k, x0=x0)

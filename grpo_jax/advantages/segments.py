@@ -7,8 +7,6 @@ A multi-part problem's completion answers each part in its own ``\\boxed{}``
 The estimator's output is token level: [N, T] advantages, row p*G + g.
 """
 
-import math
-
 import jax.numpy as jnp
 
 from grpo_jax.advantages import _kit
@@ -19,23 +17,16 @@ SD_SCALES = ("group", "none")
 SD_UNSEGMENTED = ("holistic", "zero")
 
 
-def _check_sd(lam: float, blend_at: str, scale: str, unsegmented: str
+def _check_sd(*, lam, blend_at, scale, unsegmented, eps, ddof, **_
               ) -> None:
-  if not (isinstance(lam, (int, float)) and math.isfinite(lam)
-          and 0.0 <= lam <= 1.0):
-    raise ValueError(f"sd_grpo: lam={lam!r} must be in [0, 1] (the weight "
-                     "of the holistic reward in the blend; 0, the default, "
-                     "is per-segment only).")
-  _kit.check_choice("sd_grpo: blend_at", blend_at, SD_BLENDS)
-  _kit.check_choice("sd_grpo: scale", scale, SD_SCALES)
-  _kit.check_choice("sd_grpo: unsegmented", unsegmented, SD_UNSEGMENTED)
-
-
-def _sd_domain(lam: float = 0.0, blend_at: str = "reward",
-               scale: str = "group", unsegmented: str = "holistic", **_):
-  # Any reward; called by `config.validate`, so bad options fail at build.
-  _check_sd(lam, blend_at, scale, unsegmented)
-  return None
+  # The registry's ``check``: config.validate refuses a bad value at build.
+  _kit.check_real("lam", lam, low=0.0, high=1.0, why="the weight of the "
+                  "holistic reward in the blend; 0, the default, is "
+                  "per-segment only")
+  _kit.check_choice("blend_at", blend_at, SD_BLENDS)
+  _kit.check_choice("scale", scale, SD_SCALES)
+  _kit.check_choice("unsegmented", unsegmented, SD_UNSEGMENTED)
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 def masked_group_z(x, members, *, scale: str, eps: float, ddof: int
@@ -78,7 +69,7 @@ def _as_pgt(segment_ids, shape) -> jnp.ndarray:
     input="PG", output="token", paper="SD-GRPO (seed 000 ¶25)",
     reads=("segment_rewards", "segment_valid", "segment_ids"),
     # Segment rewards can vary where the holistic reward is constant.
-    constant_group_zero=False, reward_range=_sd_domain,
+    constant_group_zero=False, check=_check_sd,
     examples=({}, {"lam": 0.5}, {"lam": 0.5, "blend_at": "advantage"},
               {"scale": "none", "unsegmented": "zero"}, {"ddof": 0}))
 def sd_grpo(rewards, *, lam: float = 0.0, blend_at: str = "reward",
@@ -119,7 +110,8 @@ def sd_grpo(rewards, *, lam: float = 0.0, blend_at: str = "reward",
     [N, T] float32 token advantages; a group of one gets exactly 0.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_sd(lam, blend_at, scale, unsegmented)
+  _check_sd(lam=lam, blend_at=blend_at, scale=scale, unsegmented=unsegmented,
+            eps=eps, ddof=ddof)
   p, g = rewards.shape
   _kit.check_ddof(ddof, g)
   if segment_rewards is None or segment_valid is None or segment_ids is None:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from grpo_jax import groups as groups_lib
+from grpo_jax import registry
 from grpo_jax.advantages import _kit
 
 # ------------------------------------------------------------------ Welford
@@ -105,13 +106,22 @@ def ebpo_update(state: EBPOState, rewards, valid) -> EBPOState:
                                      valid & (group_size > 1)))
 
 
+def _check_ebpo(*, scale, eps, tau2_min, **_) -> None:
+  _kit.check_choice("scale", scale, EBPO_SCALES)
+  _kit.check_real("eps", eps, low=0.0)
+  # At 0 an empty state's shrinkage is 0 / 0.
+  _kit.check_real("tau2_min", tau2_min, low=0.0, low_open=True,
+                  why="the floor of the between-prompt variance; the "
+                  "default is 1e-6")
+
+
 @_kit.register(
     input="PG", output="group",
     paper="arXiv 2602.05165 (EBPO; reconstruction)",
     # The prior's mean gives an all-equal group a nonzero advantage, and it
     # carries earlier batches' groups into this one's baselines.
     constant_group_zero=False, independent_groups=False, reads=("valid",),
-    state=_kit.StateSpec(init=ebpo_init),
+    state=_kit.StateSpec(init=ebpo_init), check=_check_ebpo,
     examples=({}, {"scale": "group_std"}, {"scale": "none", "tau2_min": 1e-3}))
 def ebpo(rewards, state: EBPOState, *, scale: str = "global_std",
          eps: float = 1e-6, tau2_min: float = 1e-6, valid=None):
@@ -153,7 +163,7 @@ def ebpo(rewards, state: EBPOState, *, scale: str = "global_std",
     ([P, G] float32 advantages, the updated `EBPOState`).
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _kit.check_choice("scale", scale, EBPO_SCALES)
+  _check_ebpo(scale=scale, eps=eps, tau2_min=tau2_min)
   valid = _kit.check_valid(valid, rewards.shape[0])
   shrink = ebpo_shrinkage(state, rewards.shape[1], tau2_min=tau2_min)
   group_mean = rewards.mean(axis=-1, keepdims=True)
@@ -182,13 +192,22 @@ def avspo_init() -> AVSPOState:
   return AVSPOState(acr_ema=jnp.zeros((), jnp.float32))
 
 
-def _check_avspo_options(momentum, n_virtual, r_lo, r_hi) -> None:
-  if not 0.0 <= momentum <= 1.0:
-    raise ValueError(f"momentum={momentum!r} must lie in [0, 1].")
-  if not isinstance(n_virtual, int) or n_virtual < 1:
-    raise ValueError(f"n_virtual={n_virtual!r} must be an integer >= 1.")
+def _check_avspo(*, momentum, acr_threshold, n_virtual, r_lo, r_hi, eps,
+                 ddof, **_) -> None:
+  _kit.check_real("momentum", momentum, low=0.0, high=1.0,
+                  why="the moving average's weight on its past")
+  # The collapse rate lies in [0, 1]: at 1 or above the gate never opens.
+  _kit.check_real("acr_threshold", acr_threshold, low=0.0, high=1.0,
+                  high_open=True, why="the tracked collapse rate opens the "
+                  "gate above it; the default is 0.3")
+  _kit.check_int("n_virtual", n_virtual, low=1)
+  _kit.check_real("r_lo", r_lo)
+  _kit.check_real("r_hi", r_hi)
   if not r_lo < r_hi:
-    raise ValueError(f"r_lo={r_lo!r} must be below r_hi={r_hi!r}.")
+    raise registry.OptionError(
+        "r_hi", f"r_lo={r_lo!r} must be below r_hi={r_hi!r} (the virtual "
+        "reward's two values); set r_hi above r_lo.")
+  _kit.check_std_options(eps=eps, ddof=ddof)
 
 
 @_kit.register(
@@ -199,7 +218,7 @@ def _check_avspo_options(momentum, n_virtual, r_lo, r_hi) -> None:
     # absolute values.
     constant_group_zero=False, independent_groups=False,
     shift_invariant=False, reads=("valid",),
-    state=_kit.StateSpec(init=avspo_init),
+    state=_kit.StateSpec(init=avspo_init), check=_check_avspo,
     examples=({}, {"momentum": 0.0, "acr_threshold": 0.0},
               {"acr_threshold": 0.0, "n_virtual": 3, "r_lo": -1.0,
                "r_hi": 2.0}))
@@ -244,7 +263,8 @@ def avspo(rewards, state: AVSPOState, *, momentum: float = 0.9,
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
   valid = _kit.check_valid(valid, rewards.shape[0])
-  _check_avspo_options(momentum, n_virtual, r_lo, r_hi)
+  _check_avspo(momentum=momentum, acr_threshold=acr_threshold,
+               n_virtual=n_virtual, r_lo=r_lo, r_hi=r_hi, eps=eps, ddof=ddof)
   acr = groups_lib.collapse_rate(rewards, valid=valid)
   acr_ema = jnp.where(valid.any(),
                       momentum * state.acr_ema + (1.0 - momentum) * acr,

@@ -11,22 +11,16 @@ from grpo_jax.advantages import _kit
 from grpo_jax.advantages.group import grpo
 
 
-def _check_threshold(fallback_threshold) -> None:
-  if not fallback_threshold > 0:  # NaN fails too
-    raise ValueError(f"hapo_token_mean: fallback_threshold="
-                     f"{fallback_threshold!r} must be > 0.")
-
-
-def _any_reward(fallback_threshold=5.0, **_):
-  # Resolved by `advantages.meta` when config.validate checks the rewards:
-  # a bad option fails there, before any compute. Any reward is accepted.
-  _check_threshold(fallback_threshold)
-  return None
+def _check_hapo(*, eps, fallback_threshold, ddof, **_) -> None:
+  _kit.check_std_options(eps=eps, ddof=ddof)
+  # |A| at or above it falls back to GRPO: 0 would always fall back.
+  _kit.check_real("fallback_threshold", fallback_threshold, low=0.0,
+                  low_open=True)
 
 
 @_kit.register(input="PG", output="group",
                paper="HAPO (starriver030515/HAPO; seed 002 para. 109)",
-               reads=("lengths", "valid"), reward_range=_any_reward,
+               reads=("lengths", "valid"), check=_check_hapo,
                examples=({}, {"fallback_threshold": 2.0}, {"eps": 1e-3}))
 def hapo_token_mean(rewards, *, eps: float = 1e-6,
                     fallback_threshold: float = 5.0, ddof: int = 1,
@@ -63,7 +57,7 @@ def hapo_token_mean(rewards, *, eps: float = 1e-6,
     [P, G] float32 advantages; exactly 0 for groups of equal rewards.
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
-  _check_threshold(fallback_threshold)
+  _check_hapo(eps=eps, fallback_threshold=fallback_threshold, ddof=ddof)
   lengths = _kit.check_lengths(lengths, rewards.shape)
   total = lengths.sum(axis=-1, keepdims=True)
   weights = jnp.where(total > 0, lengths, 1.0)

@@ -454,22 +454,38 @@ def _track_quantiles(state: RiskPOState, papers, bundle_valid, levels, *,
       started=jnp.where(seen, 1.0, state.started).astype(jnp.float32))
 
 
-def _check_riskpo_options(quantiles, credit, rvar_denominator, alpha, beta,
-                          bundle_size, num_prompts) -> None:
+def _check_riskpo(*, bundle_size, quantiles, credit, alpha, beta, w_mix,
+                  lr_q, rvar_denominator, eps, **_) -> None:
+  """RiskPO's option values (registry metadata ``check``); that
+  `bundle_size` divides P is the stage checks' (and the function's)."""
+  _kit.check_int("bundle_size", bundle_size, low=1, why="questions per "
+                 "bundle; the paper's 5")
   _kit.check_choice("quantiles", quantiles, RISKPO_QUANTILES)
   _kit.check_choice("credit", credit, RISKPO_CREDIT)
   _kit.check_choice("rvar_denominator", rvar_denominator,
                     RISKPO_RVAR_DENOMINATORS)
-  if not 0.0 < alpha < beta < 1.0:
-    raise ValueError(
-        f"alpha={alpha!r} and beta={beta!r} must satisfy 0 < alpha < beta "
-        "< 1 (the lower and upper quantile levels).")
-  if not isinstance(bundle_size, int) or bundle_size < 1:
-    raise ValueError(f"bundle_size={bundle_size!r} must be an integer >= 1.")
+  for key, value in (("alpha", alpha), ("beta", beta)):
+    _kit.check_real(key, value, low=0.0, high=1.0, low_open=True,
+                    high_open=True, why="a quantile level of the paper "
+                    "scores; the defaults are 0.2 and 0.9")
+  if not alpha < beta:
+    raise registry.OptionError(
+        "beta", f"alpha={alpha!r} and beta={beta!r} must satisfy 0 < alpha "
+        "< beta < 1 (the lower and upper quantile levels); set beta above "
+        "alpha.")
+  # w + 1 divides the mix: a negative weight flips the CVaR part's sign.
+  _kit.check_real("w_mix", w_mix, low=0.0, why="the CVaR part's weight")
+  _kit.check_real("lr_q", lr_q, low=0.0, why="the quantile tracker's step "
+                  "size; 0 keeps the first batch's quantiles")
+  _kit.check_real("eps", eps, low=0.0)
+
+
+def _check_bundles(bundle_size, num_prompts) -> None:
   if num_prompts % bundle_size:
-    raise ValueError(
-        f"bundle_size={bundle_size} does not divide the P={num_prompts} "
-        "prompts of a batch; choose a divisor of rollout.num_prompts.")
+    raise registry.OptionError(
+        "bundle_size", f"bundle_size={bundle_size} does not divide the "
+        f"P={num_prompts} prompts of a batch; choose a divisor of "
+        "rollout.num_prompts.")
 
 
 def _riskpo_independent(quantiles="track", bundle_size=1, **_):
@@ -483,7 +499,7 @@ def _riskpo_independent(quantiles="track", bundle_size=1, **_):
     # tracked quantiles (state) and bundles couple groups.
     constant_group_zero=_riskpo_independent,
     independent_groups=_riskpo_independent, reads=("valid",),
-    state=_kit.StateSpec(init=riskpo_init),
+    state=_kit.StateSpec(init=riskpo_init), check=_check_riskpo,
     examples=({}, {"quantiles": "batch"},
               {"quantiles": "batch", "credit": "uniform",
                "rvar_denominator": "quantiles"},
@@ -533,8 +549,10 @@ def riskpo(rewards, state: RiskPOState, *, bundle_size: int = 1,
   """
   rewards = _kit.check_rewards(rewards, 2, "P, G")
   num_prompts = rewards.shape[0]
-  _check_riskpo_options(quantiles, credit, rvar_denominator, alpha, beta,
-                        bundle_size, num_prompts)
+  _check_riskpo(bundle_size=bundle_size, quantiles=quantiles, credit=credit,
+                alpha=alpha, beta=beta, w_mix=w_mix, lr_q=lr_q,
+                rvar_denominator=rvar_denominator, eps=eps)
+  _check_bundles(bundle_size, num_prompts)
   valid = _kit.check_valid(valid, num_prompts)
   papers = riskpo_papers(rewards, valid, bundle_size)  # [Bn, G]
   bundle_valid = valid.reshape(-1, bundle_size).any(-1)  # [Bn]

@@ -15,8 +15,6 @@ the same thing: ppo_clip's min(r w A, clip(r) w A) = w min(r A, clip(r) A)
 for w >= 0, and REINFORCE's -w A logp likewise.
 """
 
-import math
-import numbers
 from typing import Any, Mapping, NamedTuple, Optional
 
 import jax
@@ -61,25 +59,8 @@ class Credited(NamedTuple):
 OptionError = registry.OptionError
 
 
-def check_real(key: str, value, *, low=None, high=None, low_open=False,
-               high_open=False) -> None:
-  """OptionError unless `value` is a finite real number in the given range
-  (NaN is never in range: it would silently turn a rule off)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise OptionError(key, f"{key} must be a real number; got {value!r}.")
-  if math.isinf(value):
-    raise OptionError(key, f"{key} must be finite; got {value!r}.")
-  bad = math.isnan(value) or (
-      low is not None and (value < low or (low_open and value == low))) or (
-          high is not None and (value > high or (high_open and value == high)))
-  if bad:
-    if high is None:
-      span = f"{'>' if low_open else '>='} {low}"
-    else:
-      span = (f"in {'(' if low_open else '['}{low}, "
-              f"{high}{')' if high_open else ']'}")
-    raise OptionError(key, f"{key} must be {span}; got {value!r}: set a "
-                      f"value {span}.")
+# The range checks a rule's ``check`` is made of: shared with the others.
+check_real = registry.check_real
 
 
 def check_choice(key: str, value, choices) -> None:

@@ -19,6 +19,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from grpo_jax import batch as batch_lib
 from grpo_jax import models
 from grpo_jax import optim
+from grpo_jax import replay_rollout
+from grpo_jax import repo_rollout
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sampling
 from grpo_jax import sharding
@@ -155,7 +157,8 @@ class Training(NamedTuple):
     update_fn: ``update.make_update_fn(..., jit=False)``.
     components: `train.make_components(config)`.
     group_size: rows per shared prompt in the update and the log-prob
-      passes (`train.update_group_size`: 1 under an active budget stage).
+      passes (`train.update_group_size`: 1 under an active budget stage or
+      row replay, G + K under RePO).
   """
   model_config: models.ModelConfig
   state: Any
@@ -207,14 +210,16 @@ def abstract_training(config, model_config: models.ModelConfig) -> Training:
       lambda p: train_lib.init_state(p, optimizer, seed=config.seed,
                                      components=components), params)
   ref_params = None
-  if regularisers:
+  if any("ref_logp" in reg.reads for reg in regularisers):
     ref_params = frozen if frozen is not None else params
   group_size = train_lib.update_group_size(config, components)
   update_fn = update_lib.make_update_fn(
       model_config=model_config, optimizer=optimizer,
       objective=components["objective"], regularisers=regularisers,
+      corrections=train_lib.make_corrections(config),
       microbatch_size=config.train.microbatch_size,
-      chunk_size=config.train.chunk_size, group_size=group_size, jit=False)
+      chunk_size=config.train.chunk_size, group_size=group_size,
+      replay_coef=repo_rollout.replay_coef(config), jit=False)
   return Training(model_config, state, frozen, ref_params, update_fn,
                   components, group_size)
 
@@ -223,7 +228,8 @@ def abstract_batch(config, *, rows: int, prompt_length: int,
                    token_advantages: bool) -> batch_lib.Batch:
   """ShapeDtypeStructs of a `batch.Batch` of `rows` rows as the rollout
   makes it (old log-probs off policy only, ref log-probs when beta > 0,
-  the sampler's log-probs always)."""
+  the sampler's log-probs always, the replayed-row marks when the group
+  strategy replays rows)."""
   t = config.rollout.max_new_tokens
   s = prompt_length + t
   f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -235,6 +241,7 @@ def abstract_batch(config, *, rows: int, prompt_length: int,
       old_logp=None if on_policy else f32(rows, t),
       ref_logp=f32(rows, t) if config.kl.beta > 0 else None,
       sampler_logp=f32(rows, t), temperature=f32(rows),
+      replayed=f32(rows) if replayed_rows(config) else None,
       **_abstract_topk(config, rows, t))
 
 
@@ -248,12 +255,23 @@ def _abstract_topk(config, rows: int, t: int) -> dict:
                                                      jnp.float32))
 
 
+def replayed_rows(config) -> int:
+  """Rows a step trains on beside its sampled P x G: RePO's K per group
+  (`repo_rollout.extra_rows`) plus row replay's R
+  (`replay_rollout.replay_rows`)."""
+  return (config.rollout.num_prompts * repo_rollout.extra_rows(config)
+          + replay_rollout.replay_rows(config))
+
+
 class StepShapes(NamedTuple):
-  """The shapes of one step: P prompts x G completions = N rows of Sp + T
-  columns; update minibatches and microbatches, log-prob passes, in rows."""
+  """The shapes of one step: P prompts x G completions = N rows sampled;
+  the rollout batch of `batch_rows` (N plus replayed rows) of Sp + T
+  columns; update minibatches and microbatches, log-prob passes, in rows
+  of that batch."""
   prompts: int
   generations: int
   rows: int
+  batch_rows: int
   prompt_length: int
   new_tokens: int
   minibatch: int
@@ -266,13 +284,15 @@ def step_shapes(config, prompt_length: int = 0) -> StepShapes:
   bucket (the worst case a step can meet)."""
   r, t = config.rollout, config.train
   rows = r.num_prompts * r.num_generations
-  minibatch = rows // t.num_minibatches
+  batch_rows = rows + replayed_rows(config)
+  minibatch = batch_rows // t.num_minibatches
   return StepShapes(
       prompts=r.num_prompts, generations=r.num_generations, rows=rows,
+      batch_rows=batch_rows,
       prompt_length=prompt_length or max(config.data.prompt_buckets),
       new_tokens=r.max_new_tokens, minibatch=minibatch,
       microbatch=t.microbatch_size or minibatch,
-      logprob_rows=t.logprob_batch_size or rows)
+      logprob_rows=t.logprob_batch_size or batch_rows)
 
 
 class Inputs(NamedTuple):
@@ -323,7 +343,7 @@ def resident_buffers(config, training: Training, inputs: Inputs,
   elif training.ref_params is not None:
     resident["ref_params"] = resident["params"]
   resident["rollout_batch"] = device_bytes(abstract_batch(
-      config, rows=shapes.rows, prompt_length=shapes.prompt_length,
+      config, rows=shapes.batch_rows, prompt_length=shapes.prompt_length,
       token_advantages=training.components["advantage"].output == "token"))
   return resident
 
@@ -451,7 +471,8 @@ def logprob_program(name: str, params, takes, config, training: Training,
                     mesh) -> Program:
   """A rollout log-prob pass (`batch.policy_logprobs`, no gradient) of
   `params` over ``train.logprob_batch_size`` rows, as many times as the
-  step's N rows need."""
+  rollout batch's rows need (replayed rows too: `batch.assemble_batch`
+  runs over the whole batch)."""
   s, cfg = shapes, training.model_config
   group = math.gcd(s.logprob_rows, training.group_size)
 
@@ -470,7 +491,7 @@ def logprob_program(name: str, params, takes, config, training: Training,
       cfg, rows=s.logprob_rows, prompt_length=s.prompt_length,
       completion_length=s.new_tokens, group_size=group)
   return _compiled_program(name, jax.jit(logprob_fn), args, mesh=mesh,
-                           calls=s.rows // s.logprob_rows, takes=takes,
+                           calls=s.batch_rows // s.logprob_rows, takes=takes,
                            resident=resident, flops=flops)
 
 
@@ -531,6 +552,10 @@ def plan(config, *, mesh, model_config: Optional[models.ModelConfig] = None,
     notes.append(f"groups.name={config.groups.name!r} may sample up to "
                  f"{rounds} rounds a step; the FLOPs count one.")
   notes += budget_notes(config, training)
+  if shapes.batch_rows != shapes.rows:
+    notes.append(f"groups.name={config.groups.name!r} replays rows: the "
+                 f"update and log-prob passes see {shapes.batch_rows} rows "
+                 f"a step, the sampler P x G = {shapes.rows}.")
   inputs = abstract_inputs(training, mesh)
   resident = resident_buffers(config, training, inputs, shapes)
   common = dict(config=config, training=training, inputs=inputs,
@@ -563,6 +588,7 @@ def plan(config, *, mesh, model_config: Optional[models.ModelConfig] = None,
       mesh_shape=dict(mesh.shape),
       platform="cpu" if device.platform == "cpu" else device.device_kind,
       shapes=s._asdict(), resident=resident, programs=tuple(compiled),
-      six_nd=training_flops(num_params, config.train.num_iterations * s.rows
+      six_nd=training_flops(num_params, config.train.num_iterations
+                            * s.batch_rows
                             * (s.prompt_length + s.new_tokens)),
       notes=tuple(notes))

@@ -23,6 +23,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from grpo_jax import registry
+
 
 class RolloutBuffer(NamedTuple):
   """Stored rows, one per slot; ``valid`` False marks a free slot.
@@ -55,7 +57,10 @@ def init(capacity: int, prompt_len: int, completion_len: int
          ) -> RolloutBuffer:
   """An empty buffer of `capacity` slots for prompts of up to `prompt_len`
   and completions of `completion_len` tokens."""
-  for name, value in (("capacity", capacity), ("prompt_len", prompt_len),
+  # The capacity is a strategy's option (``groups.kwargs.capacity``); the
+  # lengths come from the run's layout.
+  registry.check_int("capacity", capacity, low=1, why="the buffer's slots")
+  for name, value in (("prompt_len", prompt_len),
                       ("completion_len", completion_len)):
     if int(value) < 1:
       raise ValueError(f"buffer {name} must be at least 1, got {value}.")

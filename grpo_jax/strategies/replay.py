@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import groups as groups_lib
+from grpo_jax import registry
 from grpo_jax.strategies import buffer as buffer_lib
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
 from grpo_jax.strategies._kit import Selected
@@ -147,16 +148,12 @@ class PopoState(NamedTuple):
 
 
 def _check_popo_options(capacity, tau_rec, quality) -> None:
-  if isinstance(capacity, bool) or not isinstance(capacity, int) \
-      or capacity < 1:
-    raise ValueError(f"capacity={capacity!r} must be an integer >= 1 "
-                     "(stored groups).")
-  if isinstance(tau_rec, bool) or not isinstance(tau_rec, (int, float)) \
-      or not 0 < tau_rec < float("inf"):
-    raise ValueError(f"tau_rec={tau_rec!r} must be a finite number > 0.")
-  if quality not in POPO_QUALITIES:
-    raise ValueError(f"quality={quality!r} is unknown; choose one of "
-                     f"{', '.join(POPO_QUALITIES)}.")
+  """`registry.OptionError` naming the first option out of range (a config
+  error names ``groups.kwargs.<option>``)."""
+  registry.check_int("capacity", capacity, low=1, why="the stored groups")
+  registry.check_real("tau_rec", tau_rec, low=0.0, low_open=True,
+                      why="the recency scale, in steps; the default is 2")
+  registry.check_choice("quality", quality, POPO_QUALITIES)
 
 
 def popo_init(layout, *, capacity: int = 64, tau_rec: float = 2.0,

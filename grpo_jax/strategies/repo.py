@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import registry
 from grpo_jax.advantages import segments
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
 from grpo_jax.strategies._kit import Selected
@@ -112,9 +113,10 @@ def repo_push(cache: RepoCache, slots, tokens, mask, old_logp, rewards, step,
 def _subsets(m: int, k: int) -> np.ndarray:
   """[C(m, k), k] every k-subset of range(m), in lexicographic order."""
   if math.comb(m, k) > _MAX_SUBSETS:
-    raise ValueError(
-        f"max_variance_k scores all C({m}, {k}) = {math.comb(m, k)} subsets; "
-        f"keep it under {_MAX_SUBSETS}: lower num_replays or max_cache_size.")
+    raise registry.OptionError(
+        "num_replays", f"max_variance_k scores all C({m}, {k}) = "
+        f"{math.comb(m, k)} subsets; keep it under {_MAX_SUBSETS}: lower "
+        "num_replays or max_cache_size.")
   return np.asarray(list(itertools.combinations(range(m), k)), np.int32)
 
 
@@ -288,31 +290,28 @@ def replay_width(*, max_cache_size: int = 16, num_replays: int = 8,
 def _check_repo_options(capacity, prompt_ids, max_cache_size,
                         min_cache_to_replay, num_replays, strategy,
                         advantage_mode, off_policy_coef) -> None:
-  for name, value in (("capacity", capacity),
-                      ("max_cache_size", max_cache_size),
-                      ("min_cache_to_replay", min_cache_to_replay),
-                      ("num_replays", num_replays)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"{name}={value!r} must be an integer >= 1.")
+  """`registry.OptionError` naming the first option out of range (a config
+  error names ``groups.kwargs.<option>``)."""
+  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
+  prompt_ids_lib.check_capacity(capacity)  # a slot per prompt
+  prompt_ids_lib.check_mode(prompt_ids)
+  registry.check_int("max_cache_size", max_cache_size, low=1,
+                     why="cached completions per prompt; the authors' 16")
+  registry.check_int("min_cache_to_replay", min_cache_to_replay, low=1)
+  registry.check_int("num_replays", num_replays, low=1,
+                     why="replayed completions per group; the authors' 8")
   if min_cache_to_replay > max_cache_size:
-    raise ValueError(f"min_cache_to_replay={min_cache_to_replay} exceeds "
-                     f"max_cache_size={max_cache_size}: no prompt would ever "
-                     "replay; lower it or raise max_cache_size.")
-  if strategy not in REPO_STRATEGIES:
-    raise ValueError(f"strategy={strategy!r} is unknown; choose one of "
-                     f"{', '.join(REPO_STRATEGIES)}.")
+    raise registry.OptionError(
+        "min_cache_to_replay", f"min_cache_to_replay={min_cache_to_replay} "
+        f"exceeds max_cache_size={max_cache_size}: no prompt would ever "
+        "replay; lower it or raise max_cache_size.")
+  registry.check_choice("strategy", strategy, REPO_STRATEGIES)
   if strategy == "max_variance_k":
     _subsets(max_cache_size, min(num_replays, max_cache_size))
-  if advantage_mode not in REPO_MODES:
-    raise ValueError(f"advantage_mode={advantage_mode!r} is unknown; choose "
-                     f"one of {', '.join(REPO_MODES)}.")
-  if isinstance(off_policy_coef, bool) or not isinstance(
-      off_policy_coef, (int, float)) or not 0 <= off_policy_coef < float(
-          "inf"):
-    raise ValueError(f"off_policy_coef={off_policy_coef!r} must be a finite "
-                     "number >= 0 (c_off; the authors' 1).")
-  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
-  prompt_ids_lib.check_mode(prompt_ids)
+  registry.check_choice("advantage_mode", advantage_mode, REPO_MODES)
+  registry.check_real("off_policy_coef", off_policy_coef, low=0.0,
+                      why="c_off, the replayed rows' loss weight; the "
+                      "authors' 1")
 
 
 def repo_state(layout, *, capacity: int = 1024, prompt_ids: str = "exact",

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import registry
 from grpo_jax.strategies import buffer as buffer_lib
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
 from grpo_jax.strategies._kit import Selected
@@ -49,17 +50,19 @@ class ReplayDraw(NamedTuple):
 
 
 def check_options(rows, tau_max, power, capacity) -> None:
-  """ValueError naming the option unless each is in range."""
-  for name, value, low in (("rows", rows, 1), ("tau_max", tau_max, 0),
-                           ("capacity", capacity, 1)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-      raise ValueError(f"{name}={value!r} must be an integer >= {low}.")
+  """`registry.OptionError` naming the first option out of range (a config
+  error names ``groups.kwargs.<option>``)."""
+  registry.check_int("rows", rows, low=1, why="rows replayed per step")
+  registry.check_int("tau_max", tau_max, low=0, why="the oldest row's "
+                     "age, in steps")
+  registry.check_int("capacity", capacity, low=1, why="the stored rows")
   if rows > capacity:
-    raise ValueError(f"rows={rows} exceeds capacity={capacity}: a step "
-                     "cannot draw more rows than the buffer holds.")
-  if isinstance(power, bool) or not isinstance(power, (int, float)) \
-      or not 0 < power < float("inf"):
-    raise ValueError(f"power={power!r} must be a finite number > 0.")
+    raise registry.OptionError(
+        "rows", f"rows={rows} exceeds capacity={capacity}: a step cannot "
+        "draw more rows than the buffer holds; lower rows or raise "
+        "capacity.")
+  registry.check_real("power", power, low=0.0, low_open=True,
+                      why="P_j is proportional to |A_j| ** power")
 
 
 def replay_init(layout, *, rows: int = 8, tau_max: int = 4,

@@ -12,8 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import quickstart
 from grpo_jax import advantages
+from grpo_jax import config as config_lib
 from grpo_jax import groups
+from grpo_jax import registry
 from grpo_jax.testing import estimator_laws as laws
 from grpo_jax.advantages import _kit
 
@@ -91,6 +94,122 @@ def test_unknown_option_names_the_key_and_the_allowed_ones(name):
     assert option in str(error.value)
   with pytest.raises(ValueError, match=r"advantage\.kwargs\.nope"):
     advantages.check_options(name, {"nope": 1}, field="advantage.kwargs")
+
+
+NAN, INF = float("nan"), float("inf")
+# (estimator, options, the option named, the message after the field): a
+# value outside the option's domain, which would otherwise compute something
+# silently wrong (a NaN, a flipped sign, a gate that never opens) or fail
+# late, in the jitted step.
+BAD_OPTIONS = [
+    ("grpo", {"scale": "batches"}, "scale", r"scale='batches' is unknown; "
+     r"choose one of group, batch, none"),
+    ("grpo", {"eps": -1e-6}, "eps", r"eps must be >= 0; got -1e-06: set a "
+     r"value >= 0"),
+    ("grpo", {"eps": NAN}, "eps", r"eps must be >= 0; got nan"),
+    ("grpo", {"ddof": 0.5}, "ddof", r"ddof must be an integer >= 0; got "
+     r"0\.5: set an integer >= 0"),
+    ("grpo", {"ddof": -1}, "ddof", r"ddof must be an integer >= 0; got -1"),
+    ("pass_at_k", {"scale": "batch"}, "scale", r"scale='batch' is unknown; "
+     r"choose one of group, none"),
+    ("mdp_grpo", {"mix": 1.5}, "mix", r"mix must be in \[0, 1\]; got 1\.5: "
+     r"set a value in \[0, 1\]"),
+    ("mdp_grpo", {"anchor": INF}, "anchor", r"anchor must be finite; got inf"),
+    ("mdp_grpo", {"bound": 0.0}, "bound", r"bound must be > 0; got 0\.0"),
+    ("gpg", {"f_norm": 0.0}, "f_norm", r"f_norm must be > 0; got 0\.0"),
+    ("bnpo", {"r_min": 1.0}, "r_max", r"r_max=1\.0 must exceed r_min=1\.0.*"
+     r"set r_max above r_min"),
+    ("bnpo", {"max_weight": 0.0}, "max_weight", r"max_weight must be > 0"),
+    ("bnpo", {"decompose": "no"}, "decompose", r"decompose='no' must be True "
+     r"\(one Beta per reward column\) or False"),
+    ("reinforce_plus_plus", {"eps": -1e-8}, "eps", r"eps must be >= 0"),
+    ("reinforce_plus_plus_baseline", {"ddof": 1.5}, "ddof",
+     r"ddof must be an integer >= 0"),
+    ("gdpo", {"eps": -1.0}, "eps", r"eps must be >= 0"),
+    ("dvao", {"floor": 1.5}, "floor", r"floor must be in \[0, 1\]"),
+    ("dvao", {"weight_power": NAN}, "weight_power",
+     r"weight_power must be a real number, not NaN; set a finite value"),
+    ("ngrpo", {"n_virtual": 0}, "n_virtual", r"n_virtual must be an integer "
+     r">= 1 \(the paper's add_max_reward_num, default 1\); got 0"),
+    ("ngrpo", {"r_max": INF}, "r_max", r"r_max must be finite; got inf"),
+    ("seed_grpo", {"alpha": 1.5}, "alpha", r"alpha must be in \[0, 1\] "
+     r"\(the factor 1 - alpha SE / SE_max stays in \[0, 1\].*\); got 1\.5"),
+    ("lampo", {"beta": -1.0}, "beta", r"beta must be >= 0 \(0 is RLOO.*; got "
+     r"-1\.0"),
+    ("lampo", {"score": "max"}, "score", r"score='max' is unknown; choose "
+     r"one of mean, sum"),
+    ("edge_grpo", {"normalizer": "microbatch"}, "normalizer",
+     r"normalizer='microbatch' is unknown; choose one of batch, group"),
+    ("edge_grpo", {"min_entropy": 0.0}, "min_entropy", r"min_entropy must be "
+     r"> 0 \(the floor H_i is clamped to"),
+    ("grpo_lead", {"low": 2.0}, "high", r"low=2\.0 and high=1\.5 must "
+     r"satisfy low <= high.*set high >= low"),
+    ("grpo_lead", {"k": -1.0}, "k", r"k must be >= 0"),
+    ("grpo_lead", {"x0": NAN}, "x0", r"x0 must be a real number, not NaN"),
+    ("sd_grpo", {"lam": 1.5}, "lam", r"lam must be in \[0, 1\]"),
+    ("sd_grpo", {"blend_at": "token"}, "blend_at", r"blend_at='token' is "
+     r"unknown; choose one of reward, advantage"),
+    ("sd_grpo", {"unsegmented": "drop"}, "unsegmented", r"unsegmented="
+     r"'drop' is unknown; choose one of holistic, zero"),
+    ("hapo_token_mean", {"fallback_threshold": 0.0}, "fallback_threshold",
+     r"fallback_threshold must be > 0"),
+    ("ebpo", {"scale": "batch"}, "scale", r"scale='batch' is unknown; choose "
+     r"one of global_std, group_std, none"),
+    ("ebpo", {"tau2_min": 0.0}, "tau2_min", r"tau2_min must be > 0"),
+    ("avspo", {"momentum": 1.5}, "momentum", r"momentum must be in \[0, 1\]"),
+    ("avspo", {"acr_threshold": 1.0}, "acr_threshold", r"acr_threshold must "
+     r"be in \[0, 1\)"),
+    ("avspo", {"n_virtual": 0}, "n_virtual", r"n_virtual must be an integer "
+     r">= 1"),
+    ("avspo", {"r_lo": 1.0}, "r_hi", r"r_lo=1\.0 must be below r_hi=1\.0.*"
+     r"set r_hi above r_lo"),
+    ("riskpo", {"alpha": 1.5}, "alpha", r"alpha must be in \(0, 1\) \(a "
+     r"quantile level.*\); got 1\.5: set a value in \(0, 1\)"),
+    ("riskpo", {"alpha": 0.0}, "alpha", r"alpha must be in \(0, 1\)"),
+    ("riskpo", {"beta": 1.0}, "beta", r"beta must be in \(0, 1\)"),
+    ("riskpo", {"alpha": 0.9, "beta": 0.2}, "beta", r"alpha=0\.9 and "
+     r"beta=0\.2 must satisfy 0 < alpha < beta < 1.*set beta above alpha"),
+    ("riskpo", {"w_mix": -1.0}, "w_mix", r"w_mix must be >= 0"),
+    ("riskpo", {"lr_q": -0.1}, "lr_q", r"lr_q must be >= 0"),
+    ("riskpo", {"bundle_size": 0}, "bundle_size", r"bundle_size must be an "
+     r"integer >= 1"),
+    ("riskpo", {"quantiles": "ema"}, "quantiles", r"quantiles='ema' is "
+     r"unknown; choose one of track, batch"),
+    # SPO's own table: tests/test_estimators_trackers.py.
+    ("spo", {"rho_value": 2.0}, "rho_value", r"rho_value=2\.0 must lie in "
+     r"\(0, 1\]; set the constant forgetting factor"),
+]
+
+
+@pytest.mark.parametrize("name,options,key,match", BAD_OPTIONS,
+                         ids=[f"{n}-{k}-{i}" for i, (n, _, k, _)
+                              in enumerate(BAD_OPTIONS)])
+def test_bad_option_values_fail_at_validation_naming_the_field(
+    name, options, key, match):
+  """The estimator's metadata ``check`` refuses the value before any
+  compute: `advantages.make` with an `OptionError` naming the option, and
+  `config.validate` as ``config.advantage.kwargs.<option>: ...``, with the
+  values to set."""
+  with pytest.raises(registry.OptionError, match=match) as error:
+    advantages.make(name, **options)
+  assert error.value.key == key
+  with pytest.raises(ValueError, match=rf"^advantage\.kwargs\.{key}: "
+                     + match):
+    advantages.check_options(name, options, field="advantage.kwargs")
+  config = quickstart.get_config()
+  config.advantage.name, config.advantage.kwargs = name, options
+  with pytest.raises(ValueError, match=rf"^config\.advantage\.kwargs\.{key}: "
+                     + match):
+    config_lib.validate(config)
+
+
+def test_every_estimator_with_options_checks_their_values():
+  """An estimator that takes options declares a ``check`` (its values'
+  domains, `_kit.register`); the table above holds a bad value of each."""
+  for name in advantages.names():
+    if _kit.option_defaults(name):
+      assert callable(advantages.meta(name)["check"]), name
+      assert name in {case[0] for case in BAD_OPTIONS}, name
 
 
 def test_group_data_is_not_an_option():
