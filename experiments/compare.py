@@ -12,7 +12,9 @@ prompt format and evaluation setting (a config with LCPO's target in its
 prompts, or on its own task, has its own). A config
 whose run already finished under ``--workdir`` is read back, not rerun, so
 an interrupted comparison continues where it stopped. Prints a markdown
-table, one row per config.
+table, one row per config, with what the data-strategy claims are read
+from (`run_summary`: rollouts scored, the nonzero-gradient share, the
+completion length early and late).
 """
 
 import importlib
@@ -56,6 +58,23 @@ def last_accuracy(workdir: str):
   return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
 
 
+def run_summary(workdir: str) -> dict:
+  """What the data-strategy claims are read from, over the run's steps:
+  the rollouts it scored (``reward/scored``: a pilot's too), the mean share
+  of trained rows with a nonzero advantage
+  (``rollout/nonzero_gradient_share``; a step that trains nothing counts
+  0), and the mean completion length over its first and last 5 steps."""
+  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
+             if "reward/scored" in r]
+  mean = lambda values: sum(values) / max(len(values), 1)
+  lengths = [r["completion_length/mean"] for r in records]
+  return dict(
+      rollouts=int(sum(r["reward/scored"] for r in records)),
+      nonzero_share=mean([r["rollout/nonzero_gradient_share"]
+                          for r in records]),
+      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]))
+
+
 def baseline_key(config) -> str:
   """What the base model's held-out accuracy depends on: the task, its
   prompts (the shapers' instructions) and the evaluation's settings; runs
@@ -93,15 +112,19 @@ def main(argv):
                        "continue (no table is written for a partial run)")
     rows.append(dict(config=name, steps=done[0],
                      before=before["greedy_accuracy"], after=done[1],
-                     num_problems=before["num_problems"]))
+                     num_problems=before["num_problems"],
+                     **run_summary(workdir)))
     # Each row as it is done: a long comparison's rows before its table.
     print(f"{name}: {done[0]} steps, held-out greedy "
           f"{rows[-1]['before']:.3f} -> {done[1]:.3f}", flush=True)
-  print("| config | steps | held-out greedy before | after |")
-  print("|---|---|---|---|")
+  print("| config | steps | held-out greedy before | after | rollouts | "
+        "nonzero-gradient share | length, first 5 -> last 5 steps |")
+  print("|---|---|---|---|---|---|---|")
   for row in rows:
     print(f"| `{row['config']}` | {row['steps']} | {row['before']:.3f} | "
-          f"{row['after']:.3f} |")
+          f"{row['after']:.3f} | {row['rollouts']} | "
+          f"{row['nonzero_share']:.3f} | {row['length_first']:.1f} -> "
+          f"{row['length_last']:.1f} |")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(rows, f, indent=2)

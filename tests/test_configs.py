@@ -235,6 +235,27 @@ def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
   assert compare.last_accuracy(str(tmp_path / "missing")) is None
 
 
+def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
+  """Seven steps: rollouts summed (a pilot-only step scores 4), the
+  nonzero-gradient share averaged over every step (one that trains nothing
+  counts 0), lengths over the first and the last five steps."""
+  from experiments import compare  # pylint: disable=g-import-not-at-top
+  writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
+  for step, (scored, share, length) in enumerate(
+      [(8, 0.5, 40), (4, 0.0, 30), (8, 1.0, 20), (8, 0.5, 10), (8, 0.0, 10),
+       (8, 1.0, 6), (8, 0.5, 4)]):
+    writer.write(step, {"reward/scored": scored,
+                        "rollout/nonzero_gradient_share": share,
+                        "completion_length/mean": length})
+  writer.write(6, {"eval/greedy_accuracy": 0.5})  # an evaluation record
+  writer.close()
+  summary = compare.run_summary(str(tmp_path))
+  assert summary["rollouts"] == 52
+  assert summary["nonzero_share"] == pytest.approx(3.5 / 7)
+  assert summary["length_first"] == pytest.approx(110 / 5)
+  assert summary["length_last"] == pytest.approx(50 / 5)
+
+
 def test_the_comparison_measures_the_base_model_once_per_task_and_prompts():
   """SD-GRPO's own task and LCPO's prompts get their own "before"; configs
   that differ only in how they train share one."""
