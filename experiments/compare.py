@@ -3,9 +3,12 @@ comparison task: ``python -m experiments.compare``.
 
   python -m experiments.compare --configs=grpo,ebpo,avspo \
       --workdir=runs/compare --json=runs/compare/table.json
+  python -m experiments.compare --configs=ce_gppo,dppo --scale=quickstart \
+      --workdir=runs/compare_objectives
 
 Each config trains as its file says (its scale, objective, sampling and
-estimator) on the comparison task (`config.use_comparison_task`) and is
+estimator; ``--scale=quickstart`` sets every config to the quickstart's
+scale instead) on the comparison task (`config.use_comparison_task`) and is
 evaluated greedily on the task's held-out problems after its last step;
 "before" is the base model on the same problems, measured once per task,
 prompt format and evaluation setting (a config with LCPO's target in its
@@ -34,14 +37,23 @@ _CONFIGS = flags.DEFINE_list(
 _WORKDIR = flags.DEFINE_string(
     "workdir", "runs/compare", "One run directory per config under this.")
 _JSON = flags.DEFINE_string("json", None, "Write the table's rows here.")
+_SCALE = flags.DEFINE_enum(
+    "scale", "own", ["own", "quickstart"],
+    "own: each config's own scale; quickstart: every config at the "
+    "quickstart's (config.use_quickstart_scale: 2 prompts x 4 completions, "
+    "40 steps, no KL), keeping its objective, estimator, minibatches and "
+    "strategies, for configs whose own scale is the base run's (200 steps "
+    "of 8 x 8).")
 
 ACCURACY = "eval/greedy_accuracy"
 
 
-def comparison_config(name: str):
-  """configs/<name>.py on the comparison task, evaluated after its last
-  step only."""
+def comparison_config(name: str, scale: str = "own"):
+  """configs/<name>.py on the comparison task, at its own scale or the
+  quickstart's (`scale`), evaluated after its last step only."""
   config = importlib.import_module(f"configs.{name}").get_config()
+  if scale == "quickstart":
+    config = config_lib.use_quickstart_scale(config)
   config = config_lib.use_comparison_task(config)
   config.eval.every = config.train.num_steps
   config_lib.validate(config)
@@ -90,7 +102,8 @@ def baseline_key(config) -> str:
 
 def main(argv):
   del argv
-  configs = {name: comparison_config(name) for name in _CONFIGS.value}
+  configs = {name: comparison_config(name, _SCALE.value)
+             for name in _CONFIGS.value}
   befores = {}  # the base model once per `baseline_key`
   rows = []
   for name, config in configs.items():

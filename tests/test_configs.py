@@ -212,6 +212,21 @@ def test_cli_rejects_invalid_value_naming_the_field(tmp_path):
   assert not os.path.exists(os.path.join(tmp_path, "metrics.jsonl"))
 
 
+def test_the_comparison_at_quickstart_scale_keeps_the_variant():
+  """--scale=quickstart: a base-scale config (200 steps of 8 x 8) runs 40
+  steps of 2 x 4 on the comparison task, with its own objective and
+  minibatches (the passes that take it off policy) kept."""
+  from experiments import compare  # pylint: disable=g-import-not-at-top
+  own = compare.comparison_config("ce_gppo")
+  small = compare.comparison_config("ce_gppo", "quickstart")
+  assert (own.train.num_steps, own.rollout.num_prompts) == (200, 8)
+  assert (small.train.num_steps, small.rollout.num_prompts,
+          small.rollout.num_generations) == (40, 2, 4)
+  assert small.eval.every == 40 and small.eval.num_problems == 200
+  assert small.objective.to_dict() == own.objective.to_dict()
+  assert small.train.num_minibatches == own.train.num_minibatches == 4
+
+
 def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
   """experiments/compare.py's task: one-digit +, -, * with 200 distinct
   held-out problems none of which training draws; an SD-GRPO config keeps
