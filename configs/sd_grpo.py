@@ -42,6 +42,7 @@ def get_config(arg=None):
   c = config_lib.use_quickstart_scale(config_lib.get_base_config())
   c.data.task = "segments"
   c.data.max_segments = 3
+  c.data.box_reward = 0.1  # each part's format reward: a boxed number
   c.data.system_prompt = SYSTEM_PROMPT
   c.rollout.max_new_tokens = 64
   c.rewards.functions = ("all_segments", "format")

@@ -10,6 +10,7 @@ model and tiny shapes: the whole loop runs in seconds, for tests and CI.
 """
 
 
+import math
 import os
 
 import ml_collections
@@ -58,6 +59,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   # The segments task (SD-GRPO): problems of 2 to `max_segments` parts, one
   # \boxed{} answer each; also S, the segment slots of the group data.
   c.data.max_segments = 3
+  # ... and each segment's credit for a box that holds a number, right or
+  # wrong (the per-part format reward; `verifiers.segment_scores`).
+  c.data.box_reward = 0.0
   c.data.prompt_buckets = (64, 128, 256)  # prompt lengths padded up to these
   c.data.heldout_size = 64        # evaluate.py's held-out problems
   # Share of the arithmetic problems (or JSONL records) held out for evaluation.
@@ -405,6 +409,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if c.data.task == "segments" and c.data.max_segments < 2:
     _fail("data.max_segments", f"{c.data.max_segments!r} is below 2",
           "set max_segments >= 2 (a problem has two or more parts)")
+  if c.data.task == "segments" and not (
+      math.isfinite(c.data.box_reward) and c.data.box_reward >= 0):
+    _fail("data.box_reward", f"{c.data.box_reward!r} is not a finite "
+          "number >= 0", "set it to 0 (no credit) or e.g. 0.1")
   if not c.data.prompt_buckets or any(b <= 0 for b in c.data.prompt_buckets):
     _fail("data.prompt_buckets", f"{c.data.prompt_buckets!r} is invalid",
           "give positive prompt lengths, e.g. (64, 128)")

@@ -299,8 +299,11 @@ class ArithmeticTask:
 
 class SegmentTask:
   """Multi-part arithmetic problems, one ``\\boxed{}`` answer per part
-  (SD-GRPO's task), e.g. "Compute each: (a) 3 + 4 (b) 5 + 2. Give each
-  answer in its own \\boxed{}, in order." with the reference "7; 7".
+  (SD-GRPO's task), e.g. "Compute each: (a) 3 + 4 (b) 5 + 2. Write each
+  result in its box: (a) 3 + 4 = \\boxed{} (b) 5 + 2 = \\boxed{}" with the
+  reference "7; 7". (The embedded model never boxes a part when only told
+  to, "Give each answer in its own \\boxed{}": 0 boxes in 80 completions
+  of 16 held-out problems; with the boxes laid out it fills some.)
 
   A problem has 2 to `max_segments` parts (uniform), each an
   `ArithmeticTask` problem; the reference joins the parts' answers with
@@ -308,18 +311,20 @@ class SegmentTask:
   rewards each box on its own and ``all_segments`` / ``segment_fraction``
   give the holistic reward. A problem is held out when a hash of its text
   falls below `heldout_fraction`; `max_segments` is S, the segment slots of
-  the rollout's group data. Each example carries its stable index in
-  [0, `num_problems`).
+  the rollout's group data, and `box_reward` the credit of a box that
+  holds a number in each segment's reward (`verifiers.segment_scores`).
+  Each example carries its stable index in [0, `num_problems`).
   """
 
   def __init__(self, digits: int = 1, ops: Sequence[str] = ("+",),
                max_segments: int = 3, seed: int = 0, *,
-               heldout_fraction: float = 0.2):
+               heldout_fraction: float = 0.2, box_reward: float = 0.0):
     """Args:
       digits, ops: each part's operands and operators (`ArithmeticTask`).
       max_segments: the most parts of a problem (>= 2).
       seed: seeds the training stream (not the split).
       heldout_fraction: share of the problems held out, in (0, 1).
+      box_reward: a segment's reward for a box holding a number (>= 0).
     """
     if max_segments < 2:
       raise ValueError(
@@ -327,16 +332,22 @@ class SegmentTask:
           f"{max_segments!r}.")
     self.part = ArithmeticTask(digits=digits, ops=ops, seed=seed,
                                heldout_fraction=heldout_fraction)
+    if not box_reward >= 0:  # NaN too
+      raise ValueError(f"box_reward must be >= 0; got {box_reward!r}.")
     self.max_segments, self.seed = max_segments, seed
+    self.box_reward = float(box_reward)
     self.heldout_fraction = heldout_fraction
 
   def _draw(self, rng) -> Example:
     parts = [self.part._draw(rng)  # pylint: disable=protected-access
              for _ in range(int(rng.integers(2, self.max_segments + 1)))]
-    listed = " ".join(f"({chr(ord('a') + i)}) {_expression(*part)}"
-                      for i, part in enumerate(parts))
-    question = (f"Compute each: {listed}. Give each answer in its own "
-                "\\boxed{}, in order.")
+    labelled = [(f"({chr(ord('a') + i)})", _expression(*part))
+                for i, part in enumerate(parts)]
+    listed = " ".join(f"{label} {expression}"
+                      for label, expression in labelled)
+    boxes = " ".join(f"{label} {expression} = \\boxed{{}}"
+                     for label, expression in labelled)
+    question = f"Compute each: {listed}. Write each result in its box: {boxes}"
     from grpo_jax.rewards import verifiers  # pylint: disable=g-import-not-at-top
     answer = f"{verifiers.SEGMENT_SEPARATOR} ".join(
         str(_evaluate(*part)) for part in parts)
@@ -590,11 +601,13 @@ def arithmetic_task(*, seed: int = 0, digits: int = 1,
 @TASKS.register("segments", segments=True)
 def segments_task(*, seed: int = 0, digits: int = 1,
                   ops: Sequence[str] = ("+",), max_segments: int = 3,
-                  heldout_fraction: float = 0.2) -> SegmentTask:
+                  heldout_fraction: float = 0.2,
+                  box_reward: float = 0.0) -> SegmentTask:
   """Multi-part arithmetic, one boxed answer per part (`SegmentTask`):
   the task with per-segment rewards (SD-GRPO), offline."""
   return SegmentTask(digits=digits, ops=tuple(ops), max_segments=max_segments,
-                     seed=seed, heldout_fraction=heldout_fraction)
+                     seed=seed, heldout_fraction=heldout_fraction,
+                     box_reward=box_reward)
 
 
 @TASKS.register("gsm8k", solutions=True)

@@ -55,7 +55,8 @@ def segments(pipeline, examples, out, w: int) -> dict:
     decode = lambda k, r=row: pipeline.tokenizer.decode(
         list(tokens[r, :k]), skip_special_tokens=True)
     r, v = verifiers_lib.segment_scores(
-        decode(n), examples[row // w].answer, max_segments=num_segments)
+        decode(n), examples[row // w].answer, max_segments=num_segments,
+        box_reward=getattr(pipeline.task, "box_reward", 0.0))
     rewards.append(r)
     valid.append(v)
     ids.append(verifiers_lib.segment_token_ids(

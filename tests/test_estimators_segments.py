@@ -227,6 +227,25 @@ def test_segment_scores_and_the_holistic_rewards():
         verifiers.segment_fraction([""], [completion], [answer]), [share])
 
 
+def test_a_boxed_number_earns_the_box_reward_right_or_wrong():
+  """box_reward = 0.1: a right part 1.1, a boxed wrong number 0.1; a box
+  holding no number (empty, '?', an expression), a missing box and an
+  invalid slot 0. The holistic rewards ignore it."""
+  rewards, valid = verifiers.segment_scores(
+      r"\boxed{7} \boxed{-4} \boxed{}", "7; 12; 3; 5", max_segments=5,
+      box_reward=0.1)
+  np.testing.assert_allclose(rewards, [1.1, 0.1, 0.0, 0.0, 0.0])
+  np.testing.assert_array_equal(valid, [True] * 4 + [False])
+  for box in ("?", "3 + 9", r"\frac{1}{2}"):
+    rewards, _ = verifiers.segment_scores(rf"\boxed{{{box}}}", "12; 3",
+                                          max_segments=2, box_reward=0.1)
+    np.testing.assert_array_equal(rewards, [0, 0])
+  assert verifiers.all_segments([""], [r"\boxed{7} \boxed{-4}"],
+                                ["7; 12"]) == [0.0]
+  with pytest.raises(ValueError, match="box_reward"):
+    data.SegmentTask(box_reward=-0.1)
+
+
 def char_decode(text):
   return lambda k: text[:k]
 
@@ -284,11 +303,14 @@ def test_segment_task_is_deterministic_disjoint_and_right():
       e.question for step in range(10) for e in task.train(step, 64)}
   counts = set()
   for example in batch + heldout:
-    parts = re.findall(r"\([a-c]\) (\d+) \+ (\d+)", example.question)
+    listed, boxes = example.question.split(". Write each result in its box: ")
+    parts = re.findall(r"\([a-c]\) (\d+) \+ (\d+)", listed)
     counts.add(len(parts))
     assert example.answer == "; ".join(str(int(a) + int(b))
                                        for a, b in parts)
-    assert "\\boxed{}" in example.question
+    # Each part laid out again with an empty box to fill.
+    assert boxes == " ".join(f"({'abc'[i]}) {a} + {b} = \\boxed{{}}"
+                             for i, (a, b) in enumerate(parts))
   assert counts == {2, 3}
   # A stable index per problem: 100 one-part sums, so 100**2 + 100**3.
   assert task.num_problems == 100**2 + 100**3
@@ -296,8 +318,9 @@ def test_segment_task_is_deterministic_disjoint_and_right():
   assert len(set(by_question.values())) == len(by_question)
   for example in batch + heldout:
     # One part "a + b" is problem a * 10 + b of the one-digit sums.
+    listed = example.question.split(". Write")[0]
     parts = [int(a) * 10 + int(b)
-             for a, b in re.findall(r"(\d+) \+ (\d+)", example.question)]
+             for a, b in re.findall(r"(\d+) \+ (\d+)", listed)]
     offset = 0 if len(parts) == 2 else 100**2
     assert example.index == offset + sum(
         d * 100**(len(parts) - 1 - i) for i, d in enumerate(parts))

@@ -14,7 +14,6 @@ import pytest
 from configs import popo as popo_config
 from grpo_jax import config as config_lib
 from grpo_jax import objectives
-from grpo_jax import registry
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
@@ -193,17 +192,8 @@ def test_option_values_fail_at_validation_naming_the_field(option, value,
   """Each POPO option out of range is a `registry.OptionError`:
   config.validate names ``config.groups.kwargs.<option>`` and the fix, and
   the strategy's own build refuses it too."""
-  config = popo_config.get_config("tiny")
-  # A new dict: the ConfigDict would refuse a value of another type.
-  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
-  field = rf"^config\.groups\.kwargs\.{option}: "
-  with pytest.raises(ValueError, match=field + match):
-    config_lib.validate(config)
-  with pytest.raises(registry.OptionError, match=match) as error:
-    strategies.make_group_strategy(
-        "popo", layout=rollout.group_layout(config),
-        **dict(config.groups.kwargs))
-  assert error.value.key == option
+  testing.check_group_option_error(popo_config.get_config("tiny"), "popo",
+                                   option, value, match)
 
 
 def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):

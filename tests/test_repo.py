@@ -18,7 +18,6 @@ from grpo_jax import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import objectives
-from grpo_jax import registry
 from grpo_jax import repo_rollout
 from grpo_jax import rollout
 from grpo_jax import strategies
@@ -226,17 +225,8 @@ def test_option_values_fail_at_validation_naming_the_field(option, value,
   """Each RePO option out of range is a `registry.OptionError`:
   config.validate names ``config.groups.kwargs.<option>`` and the fix, and
   the strategy's own build refuses it too."""
-  config = repo_config.get_config("tiny")
-  # A new dict: the ConfigDict would refuse a value of another type.
-  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
-  field = rf"^config\.groups\.kwargs\.{option}: "
-  with pytest.raises(ValueError, match=field + match):
-    config_lib.validate(config)
-  with pytest.raises(registry.OptionError, match=match) as error:
-    strategies.make_group_strategy(
-        "repo", layout=rollout.group_layout(config),
-        **dict(config.groups.kwargs))
-  assert error.value.key == option
+  testing.check_group_option_error(repo_config.get_config("tiny"), "repo",
+                                   option, value, match)
 
 
 def test_max_variance_k_over_too_many_subsets_names_num_replays():

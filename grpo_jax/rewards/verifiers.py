@@ -272,20 +272,28 @@ def boxed_answers(text: str) -> List[Tuple[int, str]]:
   return found
 
 
-def segment_scores(completion: str, answer: str, *, max_segments: int
+# A box that holds a number, right or wrong: what `box_reward` credits.
+_NUMBER = re.compile(r"\s*-?\d+(?:\.\d+)?\s*\Z")
+
+
+def segment_scores(completion: str, answer: str, *, max_segments: int,
+                   box_reward: float = 0.0
                    ) -> Tuple[np.ndarray, np.ndarray]:
   """Per-segment rewards of one completion of a multi-part problem.
 
   Segment s is the completion's s-th ``\\boxed{}``; it earns 1 if its
   content equals the s-th sub-answer of `answer` (`answer_is_correct`, so
-  ``3 + 4`` does not count for 7), else 0. A missing box is a wrong answer
-  (0, valid): only the problem's own sub-problems are valid segments, so
-  every member of a group has the same valid segments.
+  ``3 + 4`` does not count for 7), else 0, plus `box_reward` if it holds a
+  number at all (the per-part form of the quickstart's format reward). A
+  missing box is a wrong answer (0, valid): only the problem's own
+  sub-problems are valid segments, so every member of a group has the same
+  valid segments.
 
   Args:
     completion: the model's text.
     answer: the reference, sub-answers joined by `SEGMENT_SEPARATOR`.
     max_segments: S, the fixed number of segment slots.
+    box_reward: the credit for a box that holds a number (>= 0).
 
   Returns:
     (rewards [S] float32, valid [S] bool); valid is True for the first
@@ -298,8 +306,10 @@ def segment_scores(completion: str, answer: str, *, max_segments: int
   for s, reference in enumerate(parts):
     valid[s] = True
     if s < len(boxes):
-      rewards[s] = float(answer_is_correct(f"\\boxed{{{boxes[s][1]}}}",
-                                           reference))
+      content = boxes[s][1]
+      rewards[s] = (float(answer_is_correct(f"\\boxed{{{content}}}",
+                                            reference))
+                    + box_reward * bool(_NUMBER.match(content)))
   return rewards, valid
 
 

@@ -341,6 +341,34 @@ def assert_scaled_reinforce_gradient(run, grads, minibatch, scale, *,
   assert_trees_differ(grads, base)
 
 
+def check_group_option_error(config, strategy: str, option: str, value,
+                             match: str) -> None:
+  """`config` (a group strategy's) with ``groups.kwargs.<option>`` set to
+  `value` fails `config.validate` naming ``config.groups.kwargs.<option>``
+  and `match`, and the strategy's own build raises a
+  `registry.OptionError` matching `match` keyed by `option`."""
+  import re  # pylint: disable=g-import-not-at-top
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import registry  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  # A new dict: the ConfigDict would refuse a value of another type.
+  config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
+  try:
+    config_lib.validate(config)
+    raise AssertionError(f"groups.kwargs.{option}={value!r} validated")
+  except ValueError as e:
+    assert re.search(rf"^config\.groups\.kwargs\.{option}: {match}",
+                     str(e)), e
+  try:
+    strategies.make_group_strategy(
+        strategy, layout=rollout.group_layout(config),
+        **dict(config.groups.kwargs))
+    raise AssertionError(f"{strategy} built with {option}={value!r}")
+  except registry.OptionError as e:
+    assert re.search(match, str(e)) and e.key == option, e
+
+
 def check_a_larger_stage_state_is_refused(workdir, config, stage: str,
                                           small, larger, *, field: str):
   """A `train.TrainState` holding `small`'s ``init()`` as its `stage` state
