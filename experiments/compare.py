@@ -75,16 +75,25 @@ def run_summary(workdir: str) -> dict:
   the rollouts it scored (``reward/scored``: a pilot's too), the mean share
   of trained rows with a nonzero advantage
   (``rollout/nonzero_gradient_share``; a step that trains nothing counts
-  0), and the mean completion length over its first and last 5 steps."""
+  0), the mean completion length over its first and last 5 steps, and
+  what the objective claims are read from: the mean clipped share
+  (``clip_fraction``) and the mean spread of the importance ratio
+  (``ratio_max - ratio_min``) over the steps that log them (None where
+  none does)."""
   records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
              if "reward/scored" in r]
   mean = lambda values: sum(values) / max(len(values), 1)
+  logged = lambda values: mean(values) if values else None
   lengths = [r["completion_length/mean"] for r in records]
   return dict(
       rollouts=int(sum(r["reward/scored"] for r in records)),
       nonzero_share=mean([r["rollout/nonzero_gradient_share"]
                           for r in records]),
-      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]))
+      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]),
+      clip_fraction=logged([r["clip_fraction"] for r in records
+                            if "clip_fraction" in r]),
+      ratio_spread=logged([r["ratio_max"] - r["ratio_min"] for r in records
+                           if "ratio_max" in r]))
 
 
 def baseline_key(config) -> str:
@@ -131,13 +140,16 @@ def main(argv):
     print(f"{name}: {done[0]} steps, held-out greedy "
           f"{rows[-1]['before']:.3f} -> {done[1]:.3f}", flush=True)
   print("| config | steps | held-out greedy before | after | rollouts | "
-        "nonzero-gradient share | length, first 5 -> last 5 steps |")
-  print("|---|---|---|---|---|---|---|")
+        "nonzero-gradient share | length, first 5 -> last 5 steps | "
+        "clip fraction | ratio max - min |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  shown = lambda value: "-" if value is None else f"{value:.3f}"
   for row in rows:
     print(f"| `{row['config']}` | {row['steps']} | {row['before']:.3f} | "
           f"{row['after']:.3f} | {row['rollouts']} | "
           f"{row['nonzero_share']:.3f} | {row['length_first']:.1f} -> "
-          f"{row['length_last']:.1f} |")
+          f"{row['length_last']:.1f} | {shown(row['clip_fraction'])} | "
+          f"{shown(row['ratio_spread'])} |")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(rows, f, indent=2)

@@ -253,15 +253,18 @@ def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
 def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
   """Seven steps: rollouts summed (a pilot-only step scores 4), the
   nonzero-gradient share averaged over every step (one that trains nothing
-  counts 0), lengths over the first and the last five steps."""
+  counts 0), lengths over the first and the last five steps; the clip
+  fraction and ratio spread over the steps that log them."""
   from experiments import compare  # pylint: disable=g-import-not-at-top
   writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
   for step, (scored, share, length) in enumerate(
       [(8, 0.5, 40), (4, 0.0, 30), (8, 1.0, 20), (8, 0.5, 10), (8, 0.0, 10),
        (8, 1.0, 6), (8, 0.5, 4)]):
+    objective = (dict(clip_fraction=0.1 * step, ratio_max=1.0 + 0.1 * step,
+                      ratio_min=1.0 - 0.1 * step) if step >= 4 else {})
     writer.write(step, {"reward/scored": scored,
                         "rollout/nonzero_gradient_share": share,
-                        "completion_length/mean": length})
+                        "completion_length/mean": length, **objective})
   writer.write(6, {"eval/greedy_accuracy": 0.5})  # an evaluation record
   writer.close()
   summary = compare.run_summary(str(tmp_path))
@@ -269,6 +272,15 @@ def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
   assert summary["nonzero_share"] == pytest.approx(3.5 / 7)
   assert summary["length_first"] == pytest.approx(110 / 5)
   assert summary["length_last"] == pytest.approx(50 / 5)
+  # Steps 4, 5, 6 log them: clip 0.4, 0.5, 0.6; spread 0.8, 1.0, 1.2.
+  assert summary["clip_fraction"] == pytest.approx(0.5)
+  assert summary["ratio_spread"] == pytest.approx(1.0)
+  writer = metrics.MetricsWriter(str(tmp_path / "plain"), tensorboard=False)
+  writer.write(0, {"reward/scored": 8, "rollout/nonzero_gradient_share": 1.0,
+                   "completion_length/mean": 5})
+  writer.close()
+  plain = compare.run_summary(str(tmp_path / "plain"))
+  assert plain["clip_fraction"] is None and plain["ratio_spread"] is None
 
 
 def test_the_comparison_measures_the_base_model_once_per_task_and_prompts():
