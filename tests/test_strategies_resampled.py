@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from configs import aero as aero_config
+from configs import dapo as dapo_config
 from configs import ghpo as ghpo_config
 from grpo_jax import config as config_lib
 from grpo_jax import data
@@ -299,6 +300,14 @@ def _use_spo(c):  # a per-prompt tracker (rewards in [0, 1])
      r"config.groups.kwargs: omegas"),
     (aero_config, lambda c: c.groups.kwargs.update(max_group=4),
      r"config.groups.kwargs.max_group"),
+    (aero_config, lambda c: c.groups.kwargs.update(max_rounds=1),
+     r"^config\.groups\.kwargs\.max_rounds: max_rounds must be an integer "
+     r">= 2 \(the plain round and at least one more\); got 1"),
+    (ghpo_config, lambda c: c.groups.kwargs.update(start_hint_step=-1),
+     r"^config\.groups\.kwargs\.start_hint_step: .*>= 0.*got -1"),
+    (dapo_config, lambda c: c.groups.kwargs.update(max_rounds=0),
+     r"^config\.groups\.kwargs\.max_rounds: max_rounds must be an integer "
+     r">= 1"),
     (aero_config, lambda c: c.rollout.update(
         member_temperatures=(0.6, 0.8, 1.0, 1.2)),
      r"config.rollout.member_temperatures"),

@@ -5,6 +5,7 @@ from typing import NamedTuple
 import numpy as np
 
 from grpo_jax import groups as groups_lib
+from grpo_jax import registry
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
 from grpo_jax.strategies._kit import Selected
 
@@ -30,9 +31,9 @@ def _keep_signal_first(rounds, signals, num_prompts):
 
 
 def _rounds(max_rounds=3, **_):
-  if not isinstance(max_rounds, int) or max_rounds < 1:
-    raise ValueError(f"max_rounds must be an integer >= 1; got {max_rounds!r}.")
-  return max_rounds
+  registry.check_int("max_rounds", max_rounds, low=1,
+                     why="sampling rounds a step may take")
+  return int(max_rounds)
 
 
 @GROUP_STRATEGIES.register(

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from grpo_jax import registry
 from grpo_jax.strategies import budgets
 from grpo_jax.strategies import hints
 from grpo_jax.strategies._kit import GROUP_STRATEGIES
@@ -74,10 +75,8 @@ def take_rows(rounds, source):
 
 def _ghpo_rounds(omegas=hints.OMEGAS, start_hint_step=0, **_):
   omegas = hints.check_omegas(omegas)
-  if isinstance(start_hint_step, bool) or not isinstance(
-      start_hint_step, (int, np.integer)) or start_hint_step < 0:
-    raise ValueError(f"start_hint_step must be an integer >= 0; got "
-                     f"{start_hint_step!r}.")
+  registry.check_int("start_hint_step", start_hint_step, low=0,
+                     why="the first step that hints")
   return 1 + len(omegas)
 
 
@@ -167,14 +166,9 @@ def ghpo(draw, num_prompts, *, examples, resample, hint, step,
 
 def _aero_rounds(max_rounds=3, max_group=0, rule="posterior", chunk=4,
                  target=0.5, prior=(1.0, 1.0), **_):
-  if isinstance(max_rounds, bool) or not isinstance(
-      max_rounds, (int, np.integer)) or max_rounds < 2:
-    raise ValueError(f"max_rounds must be an integer >= 2 (the plain round "
-                     f"and at least one more); got {max_rounds!r}.")
-  if isinstance(max_group, bool) or not isinstance(
-      max_group, (int, np.integer)) or max_group < 0:
-    raise ValueError(f"max_group must be an integer >= 0 (0: G x "
-                     f"max_rounds); got {max_group!r}.")
+  registry.check_int("max_rounds", max_rounds, low=2,
+                     why="the plain round and at least one more")
+  registry.check_int("max_group", max_group, low=0, why="0: G x max_rounds")
   # The rule's own checks (rule, chunk, target, prior).
   budgets.aero_extra_draws([0], [1], max_group=2, rule=rule, chunk=chunk,
                            target=target, prior=tuple(prior))
