@@ -2,10 +2,12 @@
 of several parts, each part's answer rewarded on its own.
 
 Task `data.SegmentTask` (``data.task="segments"``): "Compute each: (a) 3 + 4
-(b) 5 + 2. Give each answer in its own \\boxed{}, in order.", 2 to
-``data.max_segments`` = 3 parts. Segment s of a completion is its s-th
-``\\boxed{}`` (reward 1 if it equals the s-th sub-answer) and owns the
-tokens from the end of box s-1 to the end of box s. Advantages
+(b) 5 + 2. Write each result in its box: (a) 3 + 4 = \\boxed{} (b) 5 + 2 =
+\\boxed{}", 2 to ``data.max_segments`` = 3 parts. Segment s of a completion
+is its s-th ``\\boxed{}`` (reward 1 if it equals the s-th sub-answer, plus
+``data.box_reward`` = 0.1 if it holds a number at all: each part's format
+reward, as the quickstart's 0.1 format bonus is the whole answer's) and
+owns the tokens from the end of box s-1 to the end of box s. Advantages
 `advantages.sd_grpo`, token level: each token gets the z-score, over the
 group, of its segment's reward; tokens of no segment (after the last box)
 get the holistic reward's z-score. The holistic reward column is
