@@ -47,8 +47,10 @@ def get_config(arg=None):
   c.data.box_reward = 0.1  # each part's format reward: a boxed number
   c.data.system_prompt = SYSTEM_PROMPT
   c.rollout.max_new_tokens = 64
-  c.rewards.functions = ("all_segments", "format")
-  c.rewards.weights = (1.0, 0.1)
+  # segment_fraction at weight 0: logged (reward/segment_fraction, the share
+  # of parts right), never trained on.
+  c.rewards.functions = ("all_segments", "format", "segment_fraction")
+  c.rewards.weights = (1.0, 0.1, 0.0)
   c.advantage.name = "sd_grpo"
   c.advantage.kwargs = dict(lam=0.0, blend_at="reward", scale="group")
   c = config_lib.finalize(c, arg)

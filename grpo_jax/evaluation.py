@@ -183,6 +183,9 @@ class Scores(NamedTuple):
   greedy: np.ndarray  # [P] bool
   correct: np.ndarray  # [P, n] bool, the sampled completions
   answers: list  # P lists of n parsed answers (None: no final answer)
+  # [P] float, the share of each problem's parts the greedy completion got
+  # right; None unless the references are `Segmented`.
+  greedy_parts: Optional[np.ndarray] = None
 
 
 def summarize(scores: Scores, k: Sequence[int], *,
@@ -191,6 +194,8 @@ def summarize(scores: Scores, k: Sequence[int], *,
   correct = np.asarray(scores.correct, bool)
   ks = check_k(k, correct.shape[1])
   figures = {"greedy_accuracy": float(np.mean(scores.greedy))}
+  if scores.greedy_parts is not None:
+    figures["greedy_part_accuracy"] = float(np.mean(scores.greedy_parts))
   for value in ks:
     figures[f"pass@{value}"] = float(pass_at_k(
         correct.shape[1], correct.sum(axis=1), value).mean())
@@ -426,6 +431,15 @@ def is_correct(answer, gold) -> bool:
       for a, g in zip(answer.parts, gold.parts))
 
 
+def parts_right(answer, gold: Segmented) -> float:
+  """The share of `gold`'s parts that the `parse_completion` answer gets
+  right in order (the mean of the segment rewards, as the
+  ``segment_fraction`` reward gives it)."""
+  given = answer.parts if answer else ()
+  return sum(verifiers.matches_reference(a, g)
+             for a, g in zip(given, gold.parts)) / len(gold.parts)
+
+
 def score(golds: Sequence, greedy_texts: Sequence[str],
           sampled_texts: Sequence[Sequence[str]]) -> Scores:
   """Correctness of every completion against its parsed reference
@@ -435,15 +449,20 @@ def score(golds: Sequence, greedy_texts: Sequence[str],
         f"golds, greedy_texts and sampled_texts need one entry per problem; "
         f"got {len(golds)}, {len(greedy_texts)} and {len(sampled_texts)}.")
   judge = is_correct
-  greedy, correct, answers = [], [], []
+  greedy, correct, answers, parts = [], [], [], []
   for gold, text, texts in zip(golds, greedy_texts, sampled_texts):
-    greedy.append(judge(parse_completion(text, gold), gold))
+    answer = parse_completion(text, gold)
+    greedy.append(judge(answer, gold))
+    if isinstance(gold, Segmented):
+      parts.append(parts_right(answer, gold))
     parsed = [parse_completion(t, gold) for t in texts]
     correct.append([judge(a, gold) for a in parsed])
     answers.append([a or None for a in parsed])
   n = len(sampled_texts[0]) if sampled_texts else 0
+  segmented = bool(golds) and len(parts) == len(golds)
   return Scores(np.asarray(greedy, bool),
-                np.asarray(correct, bool).reshape(len(golds), n), answers)
+                np.asarray(correct, bool).reshape(len(golds), n), answers,
+                np.asarray(parts, np.float64) if segmented else None)
 
 
 def evaluate_examples(params, model_config, tokenizer, examples, key, *,

@@ -389,6 +389,25 @@ def test_multi_part_votes_compare_every_part():
   assert figures["pass@4"] == 1.0
 
 
+def test_the_part_accuracy_counts_each_part_in_order():
+  """greedy_part_accuracy: the share of parts right per problem, averaged
+  (box 1 against part 1, ...); only for multi-part references."""
+  examples = [data.Example("q1", "11; 5; 0"), data.Example("q2", "7; 4")]
+  golds = evaluation.parse_references(examples, source="s", segmented=True)
+  greedy = ["\\boxed{11} \\boxed{6} \\boxed{0}",  # 2 of 3
+            "\\boxed{4} \\boxed{7}"]  # out of order: 0 of 2
+  figures = evaluation.summarize(
+      evaluation.score(golds, greedy, [[], []]), ())
+  assert figures == pytest.approx({"greedy_accuracy": 0.0,
+                                   "greedy_part_accuracy": (2 / 3 + 0) / 2})
+  figures = evaluation.summarize(
+      evaluation.score(golds, ["11, 5, 0", "\\boxed{7}"], [[], []]), ())
+  assert figures["greedy_part_accuracy"] == pytest.approx((0 + 1 / 2) / 2)
+  plain = evaluation.parse_references(examples[:1], source="s")
+  assert "greedy_part_accuracy" not in evaluation.summarize(
+      evaluation.score(plain, ["\\boxed{0}"], [[]]), ())
+
+
 def test_only_the_segments_task_is_segmented():
   config = tiny_config()
   assert not evaluation.is_segmented(config)
