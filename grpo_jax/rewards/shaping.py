@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from grpo_jax import registry
+from grpo_jax.config_errors import fail
 from grpo_jax.rewards.shapers import (READ_VERIFIERS, SHAPERS, Shaper,
                                       make_shaper)
 from grpo_jax.rewards.verifiers import VERIFIERS
@@ -148,8 +149,6 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
   the sampler, and POW3R's criteria are a rubric (weights summing to 1,
   one category each, scores in [0, 1]). A per-prompt table's size against
   the task's ids is `prompt_ids.check_config`'s."""
-  def fail(field, problem, fix):
-    raise ValueError(f"config.{field}: {problem}; {fix}.")
   for name, options in shapers_config.items():
     field = f"rewards.shapers.{name}"
     if "weight" not in options:
