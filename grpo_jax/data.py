@@ -301,9 +301,9 @@ class SegmentTask:
   """Multi-part arithmetic problems, one ``\\boxed{}`` answer per part
   (SD-GRPO's task), e.g. "Compute each: (a) 3 + 4 (b) 5 + 2. Write each
   result in its box: (a) 3 + 4 = \\boxed{} (b) 5 + 2 = \\boxed{}" with the
-  reference "7; 7". (The embedded model never boxes a part when only told
-  to, "Give each answer in its own \\boxed{}": 0 boxes in 80 completions
-  of 16 held-out problems; with the boxes laid out it fills some.)
+  reference "7; 7". (Told only to "give each answer in its own
+  \\boxed{}", the embedded model almost never wrote a box; with the boxes
+  laid out it fills some.)
 
   A problem has 2 to `max_segments` parts (uniform), each an
   `ArithmeticTask` problem; the reference joins the parts' answers with
