@@ -93,12 +93,14 @@ def test_adapter_gradients_follow_the_chain_rule():
     a = adapters["layers"][module][f"{matrix}_lora_a"]
     b = adapters["layers"][module][f"{matrix}_lora_b"]
     g = g_full["layers"][module][matrix]
-    np.testing.assert_allclose(
-        grads["layers"][module][f"{matrix}_lora_a"],
-        SCALE * jnp.einsum("lio,lro->lir", g, b), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(
-        grads["layers"][module][f"{matrix}_lora_b"],
-        SCALE * jnp.einsum("lir,lio->lro", a, g), rtol=1e-4, atol=1e-6)
+    for name, expected in (
+        ("a", SCALE * jnp.einsum("lio,lro->lir", g, b)),
+        ("b", SCALE * jnp.einsum("lir,lio->lro", a, g))):
+      # The two paths sum in different orders: float32 rounding is relative
+      # to the largest entry (up to ~50 here), not to each small one.
+      np.testing.assert_allclose(
+          grads["layers"][module][f"{matrix}_lora_{name}"], expected,
+          rtol=1e-4, atol=1e-5 * float(jnp.max(jnp.abs(expected))))
 
 
 def test_sampler_with_adapters_equals_sampler_on_merged_weights():
