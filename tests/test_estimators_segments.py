@@ -244,6 +244,11 @@ def test_a_boxed_number_earns_the_box_reward_right_or_wrong():
                                 ["7; 12"]) == [0.0]
   with pytest.raises(ValueError, match="box_reward"):
     data.SegmentTask(box_reward=-0.1)
+  for bad in (-0.1, float("nan"), float("inf")):
+    config = importlib.import_module("configs.sd_grpo").get_config()
+    config.data.box_reward = bad
+    with pytest.raises(ValueError, match=r"^config\.data\.box_reward: "):
+      config_lib.validate(config)
 
 
 def char_decode(text):
