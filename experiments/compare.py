@@ -1,5 +1,7 @@
 """Held-out greedy accuracy before and after one run per config, on the
-comparison task: ``python -m experiments.compare``.
+comparison task: ``python -m experiments.compare``; or any finished runs'
+curves overlaid in one plot: ``python -m experiments.compare RUN_DIR
+[RUN_DIR ...] --out=plot.png``.
 
   python -m experiments.compare --configs=grpo,ebpo,avspo \
       --workdir=runs/compare --json=runs/compare/table.json
@@ -18,18 +20,26 @@ an interrupted comparison continues where it stopped. Prints a markdown
 table, one row per config, with what the data-strategy claims are read
 from (`run_summary`: rollouts scored, the nonzero-gradient share, the
 completion length early and late).
+
+Overlay mode (run directories as arguments): one line per run, or per
+config where several runs differ only in their seed (their
+``config.json``), drawn as the mean over those runs with the band between
+their lowest and highest value, for reward, sampled and held-out accuracy,
+completion length, the importance ratio's spread, the clip fraction and
+the entropy.
+
+  python -m experiments.compare runs/a/seed0 runs/a/seed1 runs/b/seed0 \
+      --out=runs/a_vs_b.png
 """
 
-import importlib
 import json
 import os
 
 from absl import app
 from absl import flags
 
-from grpo_jax import config as config_lib
+from experiments import runs
 from grpo_jax import evaluation
-from grpo_jax import metrics
 from grpo_jax import train as train_lib
 
 _CONFIGS = flags.DEFINE_list(
@@ -44,88 +54,31 @@ _SCALE = flags.DEFINE_enum(
     "40 steps, no KL), keeping its objective, estimator, minibatches and "
     "strategies, for configs whose own scale is the base run's (200 steps "
     "of 8 x 8).")
-
-ACCURACY = "eval/greedy_accuracy"
-
-
-def comparison_config(name: str, scale: str = "own"):
-  """configs/<name>.py on the comparison task, at its own scale or the
-  quickstart's (`scale`), evaluated after its last step only."""
-  config = importlib.import_module(f"configs.{name}").get_config()
-  if scale == "quickstart":
-    config = config_lib.use_quickstart_scale(config)
-  config = config_lib.use_comparison_task(config)
-  config.eval.every = config.train.num_steps
-  config_lib.validate(config)
-  return config
-
-
-def last_accuracy(workdir: str):
-  """(steps done, greedy accuracy) at the last evaluation in `workdir`'s
-  metrics, or None; a record's step counts from 0."""
-  evaluated = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
-               if ACCURACY in r]
-  if not evaluated:
-    return None
-  return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
-
-
-def run_summary(workdir: str) -> dict:
-  """What the data-strategy claims are read from, over the run's steps:
-  the rollouts it scored (``reward/scored``: a pilot's too), the mean share
-  of trained rows with a nonzero advantage
-  (``rollout/nonzero_gradient_share``; a step that trains nothing counts
-  0), the mean completion length over its first and last 5 steps, and
-  what the objective claims are read from: the mean clipped share
-  (``clip_fraction``) and the mean spread of the importance ratio
-  (``ratio_max - ratio_min``) over the steps that log them (None where
-  none does)."""
-  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
-             if "reward/scored" in r]
-  mean = lambda values: sum(values) / max(len(values), 1)
-  logged = lambda values: mean(values) if values else None
-  lengths = [r["completion_length/mean"] for r in records]
-  return dict(
-      rollouts=int(sum(r["reward/scored"] for r in records)),
-      nonzero_share=mean([r["rollout/nonzero_gradient_share"]
-                          for r in records]),
-      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]),
-      clip_fraction=logged([r["clip_fraction"] for r in records
-                            if "clip_fraction" in r]),
-      ratio_spread=logged([r["ratio_max"] - r["ratio_min"] for r in records
-                           if "ratio_max" in r]))
-
-
-def baseline_key(config) -> str:
-  """What the base model's held-out accuracy depends on: the task, its
-  prompts (the shapers' instructions) and the evaluation's settings; runs
-  that share it share one "before" measurement."""
-  evaluation_settings = config.eval.to_dict()
-  evaluation_settings.pop("every")
-  return json.dumps(dict(data=config.data.to_dict(),
-                         shapers=evaluation.prompt_shapers(config),
-                         max_new_tokens=config.rollout.max_new_tokens,
-                         eval=evaluation_settings), sort_keys=True,
-                    default=str)
-
+_OUT = flags.DEFINE_string(
+    "out", None, "Overlay mode: the PNG to draw the run directories given as "
+    "arguments into.")
 
 def main(argv):
-  del argv
-  configs = {name: comparison_config(name, _SCALE.value)
+  if len(argv) > 1:  # overlay mode
+    if not _OUT.value:
+      raise app.UsageError("--out=plot.png: where to draw the runs given")
+    print(runs.overlay(runs.runs_by_config(argv[1:]), _OUT.value))
+    return
+  configs = {name: runs.comparison_config(name, _SCALE.value)
              for name in _CONFIGS.value}
   befores = {}  # the base model once per `baseline_key`
   rows = []
   for name, config in configs.items():
-    key = baseline_key(config)
+    key = runs.baseline_key(config)
     if key not in befores:
       befores[key] = evaluation.evaluate(
           config, k=(), num_problems=config.eval.num_problems)
     before = befores[key]
     workdir = os.path.join(_WORKDIR.value, name)
-    done = last_accuracy(workdir)
+    done = runs.last_accuracy(workdir)
     if done is None or done[0] < config.train.num_steps:
       train_lib.train(config, workdir)
-      done = last_accuracy(workdir)
+      done = runs.last_accuracy(workdir)
     if done is None or done[0] < config.train.num_steps:
       # A stop signal (preemption) ended the run before its last
       # evaluation: its checkpoint is saved; the rest waits for a rerun.
@@ -135,7 +88,7 @@ def main(argv):
     rows.append(dict(config=name, steps=done[0],
                      before=before["greedy_accuracy"], after=done[1],
                      num_problems=before["num_problems"],
-                     **run_summary(workdir)))
+                     **runs.run_summary(workdir)))
     # Each row as it is done: a long comparison's rows before its table.
     print(f"{name}: {done[0]} steps, held-out greedy "
           f"{rows[-1]['before']:.3f} -> {done[1]:.3f}", flush=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
+CONFIG_FILE = "config.json"  # the run's config, as `train` ran it
 # What the run's plot shows: per panel the first candidate that some record
 # holds; a candidate with "*" is a pattern (fnmatch) and draws every name it
 # matches (the held-out figures eval/greedy_accuracy, eval/pass@k, ...).
@@ -39,6 +40,25 @@ def read(path: str) -> list:
     return []
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
+
+
+def write_config(workdir: str, config_json: str) -> None:
+  """Writes ``workdir/config.json`` (atomically: a crash leaves the old one
+  or the new one)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  with open(path + ".tmp", "w") as f:
+    f.write(config_json)
+  os.replace(path + ".tmp", path)
+
+
+def read_config(workdir: str) -> Optional[dict]:
+  """The config a run in `workdir` ran with, as a dict (None if it has no
+  ``config.json``)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
 
 
 def to_record(step: int, measurements: Mapping[str, float]) -> dict:

@@ -406,8 +406,8 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
           run: Optional[Run] = None) -> TrainState:
   """Trains for ``config.train.num_steps`` steps, resuming if possible.
 
-  Writes ``workdir/metrics.jsonl``, TensorBoard events, ``curves.png`` and
-  checkpoints under ``workdir/checkpoints`` (every ``checkpoint.every`` steps
+  Writes ``workdir/config.json`` (the config as run), ``metrics.jsonl``,
+  TensorBoard events, ``curves.png`` and checkpoints under ``workdir/checkpoints`` (every ``checkpoint.every`` steps
   and at the end). If a checkpoint exists the run continues from the latest
   one, exactly as if it had never stopped. With ``eval.every`` the held-out
   figures (`evaluation.from_config`) join the record of every
@@ -478,6 +478,8 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
       writer = metrics_lib.MetricsWriter(
           workdir, start_step=start, tensorboard=loop.tensorboard)
     config_json = run.config.to_json_best_effort()
+    if writer is not None:
+      metrics_lib.write_config(workdir, config_json)
     save_due = False
     for step in range(start, loop.num_steps):
       state, measurements = train_step(run, state, step)

@@ -216,9 +216,9 @@ def test_the_comparison_at_quickstart_scale_keeps_the_variant():
   """--scale=quickstart: a base-scale config (200 steps of 8 x 8) runs 40
   steps of 2 x 4 on the comparison task, with its own objective and
   minibatches (the passes that take it off policy) kept."""
-  from experiments import compare  # pylint: disable=g-import-not-at-top
-  own = compare.comparison_config("ce_gppo")
-  small = compare.comparison_config("ce_gppo", "quickstart")
+  from experiments import runs  # pylint: disable=g-import-not-at-top
+  own = runs.comparison_config("ce_gppo")
+  small = runs.comparison_config("ce_gppo", "quickstart")
   assert (own.train.num_steps, own.rollout.num_prompts) == (200, 8)
   assert (small.train.num_steps, small.rollout.num_prompts,
           small.rollout.num_generations) == (40, 2, 4)
@@ -232,22 +232,22 @@ def test_the_comparison_task_holds_200_heldout_problems(tmp_path):
   held-out problems none of which training draws; an SD-GRPO config keeps
   its own task; the after-accuracy is read from the run's last evaluation
   (steps counted from 1)."""
-  from experiments import compare  # pylint: disable=g-import-not-at-top
-  config = compare.comparison_config("quickstart")
+  from experiments import runs  # pylint: disable=g-import-not-at-top
+  config = runs.comparison_config("quickstart")
   assert config.data.ops == ("+", "-", "*") and config.eval.every == 40
   task = data.make_task(config.data, seed=0)
   heldout = {e.question for e in task.heldout(200)}
   assert len(heldout) == 200
   assert not heldout & {e.question for step in range(40)
                         for e in task.train(step, 8)}
-  assert compare.comparison_config("sd_grpo").data.task == "segments"
+  assert runs.comparison_config("sd_grpo").data.task == "segments"
   writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
   writer.write(19, {"eval/greedy_accuracy": 0.5, "loss": 1.0})
   writer.write(20, {"loss": 1.0})
   writer.write(39, {"eval/greedy_accuracy": 0.625})
   writer.close()
-  assert compare.last_accuracy(str(tmp_path)) == (40, 0.625)
-  assert compare.last_accuracy(str(tmp_path / "missing")) is None
+  assert runs.last_accuracy(str(tmp_path)) == (40, 0.625)
+  assert runs.last_accuracy(str(tmp_path / "missing")) is None
 
 
 def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
@@ -255,7 +255,7 @@ def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
   nonzero-gradient share averaged over every step (one that trains nothing
   counts 0), lengths over the first and the last five steps; the clip
   fraction and ratio spread over the steps that log them."""
-  from experiments import compare  # pylint: disable=g-import-not-at-top
+  from experiments import runs  # pylint: disable=g-import-not-at-top
   writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
   for step, (scored, share, length) in enumerate(
       [(8, 0.5, 40), (4, 0.0, 30), (8, 1.0, 20), (8, 0.5, 10), (8, 0.0, 10),
@@ -267,7 +267,7 @@ def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
                         "completion_length/mean": length, **objective})
   writer.write(6, {"eval/greedy_accuracy": 0.5})  # an evaluation record
   writer.close()
-  summary = compare.run_summary(str(tmp_path))
+  summary = runs.run_summary(str(tmp_path))
   assert summary["rollouts"] == 52
   assert summary["nonzero_share"] == pytest.approx(3.5 / 7)
   assert summary["length_first"] == pytest.approx(110 / 5)
@@ -279,15 +279,15 @@ def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
   writer.write(0, {"reward/scored": 8, "rollout/nonzero_gradient_share": 1.0,
                    "completion_length/mean": 5})
   writer.close()
-  plain = compare.run_summary(str(tmp_path / "plain"))
+  plain = runs.run_summary(str(tmp_path / "plain"))
   assert plain["clip_fraction"] is None and plain["ratio_spread"] is None
 
 
 def test_the_comparison_measures_the_base_model_once_per_task_and_prompts():
   """SD-GRPO's own task and LCPO's prompts get their own "before"; configs
   that differ only in how they train share one."""
-  from experiments import compare  # pylint: disable=g-import-not-at-top
-  key = lambda name: compare.baseline_key(compare.comparison_config(name))
+  from experiments import runs  # pylint: disable=g-import-not-at-top
+  key = lambda name: runs.baseline_key(runs.comparison_config(name))
   assert key("quickstart") == key("ebpo") == key("dvao")
   assert key("sd_grpo") != key("quickstart")
   assert key("lcpo") != key("quickstart")

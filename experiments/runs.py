@@ -1,0 +1,194 @@
+"""Reading finished runs: the comparison task's configs, a run's last
+held-out accuracy and summary, and several runs' curves overlaid in one
+plot (`overlay`). Used by `experiments.compare` and the reproductions
+(`experiments.reproduce`); no flags, so that both can import it.
+"""
+
+import importlib
+import json
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from grpo_jax import config as config_lib
+from grpo_jax import evaluation
+from grpo_jax import metrics
+
+ACCURACY = "eval/greedy_accuracy"
+# The overlay's panels: (title, metric); "ratio_spread" is ratio_max -
+# ratio_min (`with_ratio_spread`).
+OVERLAY_PANELS = (
+    ("reward", "reward/total"),
+    ("sampled accuracy", "accuracy"),
+    ("held-out greedy accuracy", ACCURACY),
+    ("completion length", "completion_length/mean"),
+    ("importance ratio max - min", "ratio_spread"),
+    ("clip fraction", "clip_fraction"),
+    ("entropy", "entropy"),
+)
+
+
+def comparison_config(name: str, scale: str = "own"):
+  """configs/<name>.py on the comparison task, at its own scale or the
+  quickstart's (`scale`), evaluated after its last step only."""
+  config = importlib.import_module(f"configs.{name}").get_config()
+  if scale == "quickstart":
+    config = config_lib.use_quickstart_scale(config)
+  config = config_lib.use_comparison_task(config)
+  config.eval.every = config.train.num_steps
+  config_lib.validate(config)
+  return config
+
+
+def last_accuracy(workdir: str):
+  """(steps done, greedy accuracy) at the last evaluation in `workdir`'s
+  metrics, or None; a record's step counts from 0."""
+  evaluated = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
+               if ACCURACY in r]
+  if not evaluated:
+    return None
+  return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
+
+
+def run_summary(workdir: str) -> dict:
+  """What the data-strategy claims are read from, over the run's steps:
+  the rollouts it scored (``reward/scored``: a pilot's too), the mean share
+  of trained rows with a nonzero advantage
+  (``rollout/nonzero_gradient_share``; a step that trains nothing counts
+  0), the mean completion length over its first and last 5 steps, and
+  what the objective claims are read from: the mean clipped share
+  (``clip_fraction``) and the mean spread of the importance ratio
+  (``ratio_max - ratio_min``) over the steps that log them (None where
+  none does)."""
+  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
+             if "reward/scored" in r]
+  mean = lambda values: sum(values) / max(len(values), 1)
+  logged = lambda values: mean(values) if values else None
+  lengths = [r["completion_length/mean"] for r in records]
+  return dict(
+      rollouts=int(sum(r["reward/scored"] for r in records)),
+      nonzero_share=mean([r["rollout/nonzero_gradient_share"]
+                          for r in records]),
+      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]),
+      clip_fraction=logged([r["clip_fraction"] for r in records
+                            if "clip_fraction" in r]),
+      ratio_spread=logged([r["ratio_max"] - r["ratio_min"] for r in records
+                           if "ratio_max" in r]))
+
+
+def baseline_key(config) -> str:
+  """What the base model's held-out accuracy depends on: the task, its
+  prompts (the shapers' instructions) and the evaluation's settings; runs
+  that share it share one "before" measurement."""
+  evaluation_settings = config.eval.to_dict()
+  evaluation_settings.pop("every")
+  return json.dumps(dict(data=config.data.to_dict(),
+                         shapers=evaluation.prompt_shapers(config),
+                         max_new_tokens=config.rollout.max_new_tokens,
+                         eval=evaluation_settings), sort_keys=True,
+                    default=str)
+
+
+def with_ratio_spread(records: Sequence[dict]) -> list:
+  """The records with ``ratio_spread`` = ratio_max - ratio_min where both
+  are logged."""
+  return [dict(r, ratio_spread=r["ratio_max"] - r["ratio_min"])
+          if "ratio_max" in r and "ratio_min" in r else r for r in records]
+
+
+def step_band(runs: Sequence[Sequence[dict]], key: str, smooth: int = 1):
+  """(steps, mean, low, high) of `key` over `runs` (each a list of step
+  records) at the steps every run logs it; each run's values first
+  averaged over a trailing window of `smooth` logged steps. None where no
+  step is logged by all of them."""
+  per_run = []
+  for records in runs:
+    logged = [(r["step"], float(r[key])) for r in records if key in r]
+    values = np.array([v for _, v in logged])
+    if smooth > 1 and len(values):
+      window = np.ones(smooth)
+      values = (np.convolve(values, window)[:len(values)]
+                / np.convolve(np.ones(len(values)), window)[:len(values)])
+    per_run.append(dict(zip([s for s, _ in logged], values)))
+  steps = sorted(set.intersection(*(set(v) for v in per_run)))
+  if not steps:
+    return None
+  table = np.array([[values[s] for s in steps] for values in per_run])
+  return (np.array(steps), table.mean(0), table.min(0), table.max(0))
+
+
+def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
+            panels=OVERLAY_PANELS, smooth: int = 5) -> str:
+  """Draws one line per label of `curves` (label -> its runs' step records)
+  into a PNG at `path`: the mean over the label's runs, a band from their
+  lowest to their highest value where there are several. Metrics logged at
+  every step are averaged over `smooth` steps first; sparse ones (the
+  held-out evaluation) are drawn as they are, with markers."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  curves = {label: [with_ratio_spread(r) for r in runs]
+            for label, runs in curves.items()}
+  columns = min(len(panels), 4)
+  rows = -(-len(panels) // columns)
+  fig = Figure(figsize=(4.2 * columns, 3.3 * rows))
+  axes = np.atleast_1d(fig.subplots(rows, columns)).ravel()
+  for ax, (title, key) in zip(axes, panels):
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    drawn = False
+    for label, runs in curves.items():
+      every_step = all(all(key in r for r in records) for records in runs)
+      band = step_band(runs, key, smooth if every_step else 1)
+      if band is None:
+        continue
+      steps, mean, low, high = band
+      line, = ax.plot(steps, mean, marker=None if every_step else "o",
+                      label=f"{label} ({len(runs)})" if len(runs) > 1
+                      else label)
+      if len(runs) > 1:
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+      drawn = True
+    if not drawn:
+      ax.text(0.5, 0.5, "not measured", ha="center", va="center",
+              transform=ax.transAxes)
+    ax.grid(alpha=0.3)
+  for ax in axes[len(panels):]:
+    ax.axis("off")
+  handles, labels = axes[0].get_legend_handles_labels()
+  if handles:
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4),
+               fontsize="small")
+  note = (f"per-step metrics: mean of the last {smooth} steps; "
+          if smooth > 1 else "")
+  fig.suptitle(f"{note}lines: mean over runs (n), bands: lowest to highest",
+               fontsize="small")
+  fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+  fig.savefig(path, dpi=80)
+  return path
+
+
+def runs_by_config(run_dirs: Sequence[str]) -> dict:
+  """Run directories grouped by their ``config.json`` with the seed left
+  out, label -> list of their step records; a group is labelled by its
+  first directory's name (its parent's where the name is ``seed<k>``), a
+  run without a ``config.json`` is its own group."""
+  groups, labels = {}, {}
+  for run_dir in run_dirs:
+    records = metrics.read(os.path.join(run_dir, metrics.METRICS_FILE))
+    if not records:
+      raise SystemExit(f"{run_dir}: no {metrics.METRICS_FILE}; give run "
+                       "directories (a train run's --workdir)")
+    config = metrics.read_config(run_dir)
+    if config is None:
+      key = run_dir
+    else:
+      config.pop("seed", None)
+      key = json.dumps(config, sort_keys=True)
+    if key not in groups:
+      name = os.path.basename(os.path.normpath(run_dir))
+      if name.startswith("seed"):
+        name = os.path.basename(os.path.dirname(os.path.normpath(run_dir)))
+      labels[key] = run_dir if name in labels.values() else name
+      groups[key] = []
+    groups[key].append(records)
+  return {labels[key]: runs for key, runs in groups.items()}
