@@ -44,6 +44,14 @@ def test_train_then_evaluate_the_checkpoint(tmp_path):
   assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert checkpoint.Checkpointer(str(workdir / "checkpoints")).all_steps() \
       == [2, 3]
+  config = metrics.read_config(str(workdir))  # the config as it ran
+  assert config["train"]["num_steps"] == 3 and config["checkpoint"]["every"] == 2
+  assert config["objective"]["kwargs"]["clip_high"] == 0.28  # DAPO's
+
+  overlaid = tmp_path / "overlay.png"
+  run("experiments.compare", str(workdir), f"--out={overlaid}",
+      cache_dir=tmp_path / "cache")
+  assert overlaid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
   out = tmp_path / "eval.json"
   run("experiments.evaluate", f"--checkpoint={workdir}", "--k=2",
