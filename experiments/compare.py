@@ -39,6 +39,7 @@ from absl import app
 from absl import flags
 
 from experiments import runs
+from grpo_jax import checkpoint
 from grpo_jax import evaluation
 from grpo_jax import train as train_lib
 
@@ -59,6 +60,7 @@ _OUT = flags.DEFINE_string(
     "arguments into.")
 
 def main(argv):
+  checkpoint.quiet_orbax_logs()
   if len(argv) > 1:  # overlay mode
     if not _OUT.value:
       raise app.UsageError("--out=plot.png: where to draw the runs given")

@@ -19,14 +19,12 @@ the progress bar and writes metrics; every process saves checkpoints.
 
 import os
 
-import logging
-
 from absl import app
 from absl import flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 import tqdm
 
+from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import sharding
 from grpo_jax import train as train_lib
@@ -40,13 +38,6 @@ _DISTRIBUTED = flags.DEFINE_bool(
     "Call jax.distributed.initialize() first (one process per host); "
     "default from the env var GRPO_JAX_DISTRIBUTED=1.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-class _QuietOrbax(logging.Filter):
-  """Keeps orbax's per-save INFO lines off the console (warnings pass)."""
-
-  def filter(self, record):
-    return "orbax" not in record.pathname or record.levelno >= logging.WARNING
 
 
 def progress_bar(config):
@@ -72,6 +63,7 @@ def main(argv):
   del argv
   # Before anything touches a device.
   sharding.maybe_initialize_distributed(_DISTRIBUTED.value)
+  checkpoint.quiet_orbax_logs()
   config = config_lib.validate(_CONFIG.value)
   if not sharding.is_main_process():
     train_lib.train(config, _WORKDIR.value)

@@ -38,6 +38,22 @@ ON_CORRUPT = ("error", "previous")
 CORRUPT_SUFFIX = ".corrupt"
 
 
+class _QuietOrbax(logging.Filter):
+  """Lets orbax's warnings through, not its INFO lines (several per save)."""
+
+  def filter(self, record):
+    return "orbax" not in record.pathname or record.levelno >= logging.WARNING
+
+
+def quiet_orbax_logs() -> None:
+  """Keeps orbax's per-save INFO lines off absl's log (the console of the
+  entry points); its warnings and errors still show."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  handler = absl_logging.get_absl_handler()
+  if not any(isinstance(f, _QuietOrbax) for f in handler.filters):
+    handler.addFilter(_QuietOrbax())
+
+
 class CorruptCheckpoint(RuntimeError):
   """A checkpoint that exists but cannot be restored."""
 

@@ -145,3 +145,22 @@ def test_resume_equals_uninterrupted_run(tmp_path):
   config.metrics.tensorboard = False
   config.metrics.plot = False
   testing.check_resume_is_exact(config, str(tmp_path))
+
+
+def test_orbax_info_lines_stay_off_the_console_and_its_warnings_do_not():
+  """The entry points' absl handler drops orbax's INFO records (several per
+  save) and keeps its warnings and everyone else's INFO."""
+  import logging  # pylint: disable=g-import-not-at-top
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  checkpoint.quiet_orbax_logs()
+  checkpoint.quiet_orbax_logs()  # once is enough: no second filter
+  handler = absl_logging.get_absl_handler()
+  quiet = [f for f in handler.filters if isinstance(f, checkpoint._QuietOrbax)]
+  assert len(quiet) == 1
+  record = lambda path, level: logging.LogRecord("absl", level, path, 1, "m",
+                                                 None, None)
+  orbax_file = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+  assert not handler.filter(record(orbax_file, logging.INFO))
+  assert handler.filter(record(orbax_file, logging.WARNING))
+  assert handler.filter(record("/grpo_jax/train.py", logging.INFO))
+  handler.removeFilter(quiet[0])

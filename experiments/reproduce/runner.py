@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 
 from experiments import runs
+from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
 from grpo_jax import metrics
@@ -277,6 +278,7 @@ def main(claim: str, arms: Sequence[Arm], columns: Sequence[str],
   def run(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    checkpoint.quiet_orbax_logs()
     preset, workdir = _PRESET.value, _WORKDIR.value
     out = _OUT.value or (os.path.join(workdir, "results") if preset == "tiny"
                          else RESULTS)
