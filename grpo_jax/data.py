@@ -42,7 +42,6 @@ import numpy as np
 from grpo_jax import prompt_ids
 from grpo_jax import records
 from grpo_jax import registry
-from grpo_jax.records import ANSWER_KEYS, QUESTION_KEYS  # pylint: disable=unused-import
 
 _text = records.text
 
@@ -541,9 +540,9 @@ def jsonl(path: str, *, question_key: Union[str, Sequence[str]] = "question",
   Args:
     path: the file.
     question_key: key of the question in each object, or candidate keys
-      tried in order (case-insensitively), e.g. `QUESTION_KEYS`.
+      tried in order (case-insensitively), e.g. `records.QUESTION_KEYS`.
     answer_key: key of the reference answer (numbers become strings), or
-      candidate keys, e.g. `ANSWER_KEYS` (a worked solution's final
+      candidate keys, e.g. `records.ANSWER_KEYS` (a worked solution's final
       ``\\boxed{}`` is its answer).
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.

@@ -7,7 +7,7 @@ Benchmarks (`load_benchmark`):
 | ``heldout``       | the configured task's held-out split (`data.make_task`)  |
 | ``gsm8k``         | GSM8K's test split through tensorflow_datasets           |
 | a JSONL file path | a file you bring (MATH-500, AIME, ...): question and     |
-|                   | answer fields, `data.QUESTION_KEYS` / `data.ANSWER_KEYS` |
+|                   | answer fields, `records.QUESTION_KEYS` / `records.ANSWER_KEYS` |
 
 Each problem gets one greedy completion and n sampled ones at the sampling
 temperature from one sampler call per batch of prompts: of the ``1 + n`` rows
@@ -51,6 +51,7 @@ import numpy as np
 
 from grpo_jax import data as data_lib
 from grpo_jax import models
+from grpo_jax import records
 from grpo_jax import rollout
 from grpo_jax import sampling as sampling_lib
 from grpo_jax import sharding
@@ -245,8 +246,8 @@ def _jsonl(path: str, *, question_key: str = "", answer_key: str = "") -> list:
   # A benchmark's problems key no per-prompt state: numbered by their
   # order, whatever id fields they carry ("2024-I-1").
   return data_lib.jsonl(
-      path, question_key=question_key or data_lib.QUESTION_KEYS,
-      answer_key=answer_key or data_lib.ANSWER_KEYS, id_key=None)
+      path, question_key=question_key or records.QUESTION_KEYS,
+      answer_key=answer_key or records.ANSWER_KEYS, id_key=None)
 
 
 # name -> ``fn(config, num_problems, **options) -> examples``; any other
@@ -266,7 +267,7 @@ def load_benchmark(benchmark: str, config, *, num_problems: int = 0,
     num_problems: the first this many problems; 0 = ``data.heldout_size``
       for "heldout", every problem otherwise.
     question_key, answer_key: a JSONL file's field names; "" tries
-      `data.QUESTION_KEYS` / `data.ANSWER_KEYS` (question/problem,
+      `records.QUESTION_KEYS` / `records.ANSWER_KEYS` (question/problem,
       answer/solution), case-insensitively.
     data_dir: tensorflow_datasets' data directory for "gsm8k".
 

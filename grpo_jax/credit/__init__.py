@@ -104,3 +104,11 @@ def measurements(name: str, credited: Credited) -> dict:
 
 names = CREDIT.names
 get = CREDIT.get
+
+# The public API: what the imports above re-export.
+__all__ = [
+    "ah_grpo", "Any", "Callable", "check_options", "CREDIT", "Credit",
+    "Credited", "egspo", "functools", "get", "gtpo", "jax", "make", "Mapping",
+    "measurements", "meta", "NamedTuple", "names", "READS", "sa_ah_grpo",
+    "STATIC_READS", "t_spmo", "Tuple", "uniform",
+]

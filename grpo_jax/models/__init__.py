@@ -22,3 +22,13 @@ from grpo_jax.models.loading import (
 from grpo_jax.models.export import save_hf_checkpoint
 from grpo_jax.models.presets import (built_in_config, eos_and_pad, load_model,
                                      tiny_model_config)
+
+# The public API: what the imports above re-export.
+__all__ = [
+    "built_in_config", "causal_attention_mask", "EMBEDDED_MODELS",
+    "eos_and_pad", "eos_ids", "forward", "init_cache", "init_params",
+    "KVCache", "load", "load_gguf", "load_hf_checkpoint", "load_model",
+    "load_tokenizer", "logits", "ModelConfig", "positions_from_mask",
+    "save_hf_checkpoint", "SUPPORTED_MODEL_TYPES", "tiny_model_config",
+    "unembedding",
+]

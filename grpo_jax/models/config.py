@@ -6,7 +6,7 @@ or 5.x (``rope_parameters``, ``dtype``).
 """
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import jax.numpy as jnp
 

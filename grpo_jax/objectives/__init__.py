@@ -103,3 +103,17 @@ from grpo_jax.objectives.soft import spo_simple
 
 names = OBJECTIVES.names
 get = OBJECTIVES.get
+
+# The public API: what the imports above re-export.
+__all__ = [
+    "adaptive", "balanced", "bapo", "BAPO_BALANCES", "bounded", "ce_gppo",
+    "cfpo", "check_options", "cispo", "clip_cov", "clipped", "corrections",
+    "covariance", "decoupled_ppo", "divergence", "dppo", "dppo_topk",
+    "entropy", "entropy_mask", "f_tis", "get", "gmpo", "gpg", "gspo",
+    "gspo_token", "hapo", "influence", "kl_cov", "LOG_RATIO_BOUND", "luspo",
+    "make", "names", "Objective", "ObjectiveAux", "OBJECTIVES", "offpolicy",
+    "penalised", "ppo_clip", "PrePass", "r2vpo", "R2VPO_CENTERS",
+    "R2VPO_DELTA", "R2VPO_ETA", "r2vpo_init", "r2vpo_update", "R2VPOState",
+    "regularisers", "reinforce", "rejection", "sapo", "SAPO_GATE_THRESHOLD",
+    "SEQUENCE_AGGREGATION", "soft", "spo_simple", "StateSpec", "vespo",
+]

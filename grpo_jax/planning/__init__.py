@@ -71,3 +71,18 @@ from grpo_jax.planning.programs import (PROGRAMS, Inputs, Plan, Program,
 from grpo_jax.planning.report import format_plan
 from grpo_jax.planning.targets import (MODES, apply_mode, check_mesh,
                                        mesh_for, tpu_devices)
+
+# The public API: what the imports above re-export.
+__all__ = [
+    "abstract_batch", "abstract_inputs", "abstract_policy",
+    "abstract_training", "apply_mode", "architecture_names",
+    "ARCHITECTURES_DIR", "check_mesh", "Chip", "CHIPS", "device_bytes",
+    "FIT_FRACTION", "fits", "format_plan", "forward_flops", "GIB",
+    "hf_config_path", "Inputs", "layer_matmul_params", "logprob_program",
+    "memory_summary", "MemorySummary", "mesh_for", "model_config_from_name",
+    "MODES", "out_of_memory", "param_count", "Plan", "plan", "policy_params",
+    "Program", "PROGRAMS", "resident_buffers", "resident_during",
+    "sample_program", "sequence_forward_flops", "step_shapes", "step_time",
+    "StepShapes", "strip_rope_scaling", "tpu_devices", "Training",
+    "training_flops", "update_program", "with_shardings", "xla_flops",
+]

@@ -68,3 +68,16 @@ from grpo_jax.strategies.rows import all_rows
 from grpo_jax.strategies.rows import mask_truncated
 from grpo_jax.strategies.select import prioritized
 from grpo_jax.strategies.select import uniform
+
+# The public API: what the imports above re-export.
+__all__ = [
+    "all_groups", "all_rows", "allocation", "Budget", "BUDGETS",
+    "dynamic_sampling", "filter_members", "Filtered", "GROUP_STRATEGIES",
+    "GroupLayout", "groups", "GroupStrategy", "guided_correction",
+    "inject_reference", "make_budget", "make_group_strategy",
+    "make_member_filter", "make_row_strategy", "make_selection",
+    "mask_truncated", "MEMBER_FILTERS", "MemberFilter", "members",
+    "prioritized", "References", "replay", "repo", "resampled", "row_replay",
+    "ROW_STRATEGIES", "rows", "RowStrategy", "select", "Selected", "Selection",
+    "SELECTIONS", "uniform",
+]
