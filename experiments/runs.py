@@ -124,10 +124,12 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
   into a PNG at `path`: the mean over the label's runs, a band from their
   lowest to their highest value where there are several. Metrics logged at
   every step are averaged over `smooth` steps first; sparse ones (the
-  held-out evaluation) are drawn as they are, with markers."""
+  held-out evaluation) are drawn as points, the range as error bars."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   curves = {label: [with_ratio_spread(r) for r in runs]
             for label, runs in curves.items()}
+  last_step = max(r["step"] for runs in curves.values() for records in runs
+                  for r in records)
   columns = min(len(panels), 4)
   rows = -(-len(panels) // columns)
   fig = Figure(figsize=(4.2 * columns, 3.3 * rows))
@@ -136,18 +138,23 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
     ax.set_title(title)
     ax.set_xlabel("step")
     drawn = False
-    for label, runs in curves.items():
+    for index, (label, runs) in enumerate(curves.items()):
       every_step = all(all(key in r for r in records) for records in runs)
       band = step_band(runs, key, smooth if every_step else 1)
       if band is None:
         continue
       steps, mean, low, high = band
-      line, = ax.plot(steps, mean, marker=None if every_step else "o",
-                      label=f"{label} ({len(runs)})" if len(runs) > 1
-                      else label)
-      if len(runs) > 1:
-        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+      name = f"{label} ({len(runs)})" if len(runs) > 1 else label
+      if every_step:
+        line, = ax.plot(steps, mean, label=name)
+        if len(runs) > 1:
+          ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+      else:  # a few evaluations: points with the range as error bars,
+        # side by side
+        ax.errorbar(steps + 0.3 * index, mean, yerr=[mean - low, high - mean],
+                    marker="o", capsize=3, label=name)
       drawn = True
+    ax.set_xlim(-1, last_step + 2)
     if not drawn:
       ax.text(0.5, 0.5, "not measured", ha="center", va="center",
               transform=ax.transAxes)
