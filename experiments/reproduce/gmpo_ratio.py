@@ -29,7 +29,7 @@ ARMS = (
     runner.Arm("gmpo", "gmpo"),
 )
 COLUMNS = ("heldout", "accuracy_last10", "ratio_spread", "ratio_spread_max",
-           "clip_fraction", "entropy_last10")
+           "ratio_var", "clip_fraction", "entropy_last10")
 PANELS = (
     ("sampled accuracy", "accuracy"),
     ("held-out greedy accuracy", "eval/greedy_accuracy"),

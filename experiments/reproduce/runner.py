@@ -165,6 +165,7 @@ COLUMNS: Mapping[str, tuple] = {
     "ratio_spread_max": ("largest ratio max - min", lambda rs: max(
         (r["ratio_spread"] for r in runs.with_ratio_spread(rs)
          if "ratio_spread" in r), default=None)),
+    "ratio_var": ("ratio variance", lambda rs: _mean(rs, "ratio_var")),
     "entropy_last10": ("entropy, last 10 steps",
                        lambda rs: _mean(rs, "entropy", 10)),
     "grad_norm": ("gradient norm", lambda rs: _mean(rs, "grad_norm")),

@@ -35,7 +35,7 @@ ARMS = tuple(
     runner.Arm(f"{name}_{'' if passes == 1 else '2x'}4mb", name, steps(passes))
     for name in ("grpo", "cfpo", "r2vpo") for passes in (1, 2))
 COLUMNS = ("heldout", "accuracy_last10", "entropy_last10", "ratio_spread",
-           "ratio_spread_max", "clip_fraction")
+           "ratio_spread_max", "ratio_var", "clip_fraction")
 PANELS = (
     ("sampled accuracy", "accuracy"),
     ("held-out greedy accuracy", "eval/greedy_accuracy"),
