@@ -150,6 +150,11 @@ def test_the_table_gives_mean_and_sample_deviation_per_arm():
   table = runner.markdown({"grpo": summary}, ("heldout", "clip_fraction"),
                           {"grpo": [0, 1]})
   assert table.splitlines()[-1] == "| grpo | 0,1 | 0.600 ± 0.141 | - |"
+  counts = runner.markdown({"grpo": summary}, ("rollouts",), {"grpo": [0, 1]})
+  assert counts.splitlines()[-1] == "| grpo | 0,1 | 96.000 ± 0.000 |"
+  assert runner.markdown(
+      {"g": {"rollouts": (314.667, 2.309, 3)}}, ("rollouts",),
+      {"g": [0, 1, 2]}).splitlines()[-1] == "| g | 0,1,2 | 315 ± 2 |"
 
 
 def test_a_run_directory_of_another_config_is_refused(tmp_path):

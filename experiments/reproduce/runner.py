@@ -194,7 +194,8 @@ def markdown(summaries: Mapping[str, dict], columns: Sequence[str],
   def cell(mean, std, _):
     if mean is None:
       return "-"
-    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
+    shown = lambda x: f"{x:.0f}" if abs(mean) >= 100 else f"{x:.3f}"
+    return shown(mean) if std is None else f"{shown(mean)} ± {shown(std)}"
   lines = ["| arm | seeds | " + " | ".join(COLUMNS[c][0] for c in columns)
            + " |", "|---|---|" + "---|" * len(columns)]
   for label, summary in summaries.items():
