@@ -41,7 +41,6 @@ from absl import flags
 from experiments import runs
 from grpo_jax import checkpoint
 from grpo_jax import evaluation
-from grpo_jax import train as train_lib
 
 _CONFIGS = flags.DEFINE_list(
     "configs", ["grpo"], "Config names under configs/ (comma separated).")
@@ -57,13 +56,17 @@ _SCALE = flags.DEFINE_enum(
     "of 8 x 8).")
 _OUT = flags.DEFINE_string(
     "out", None, "Overlay mode: the PNG to draw the run directories given as "
-    "arguments into.")
+    "arguments into (--configs, --scale, --workdir and --json are not used "
+    "there).")
+
 
 def main(argv):
   checkpoint.quiet_orbax_logs()
-  if len(argv) > 1:  # overlay mode
-    if not _OUT.value:
-      raise app.UsageError("--out=plot.png: where to draw the runs given")
+  if len(argv) > 1 or _OUT.value:  # overlay mode: both or neither
+    if len(argv) < 2 or not _OUT.value:
+      raise app.UsageError("overlay mode takes run directories and --out: "
+                           "python -m experiments.compare RUN_DIR "
+                           "[RUN_DIR ...] --out=plot.png")
     print(runs.overlay(runs.runs_by_config(argv[1:]), _OUT.value))
     return
   configs = {name: runs.comparison_config(name, _SCALE.value)
@@ -77,16 +80,8 @@ def main(argv):
           config, k=(), num_problems=config.eval.num_problems)
     before = befores[key]
     workdir = os.path.join(_WORKDIR.value, name)
-    done = runs.last_accuracy(workdir)
-    if done is None or done[0] < config.train.num_steps:
-      train_lib.train(config, workdir)
-      done = runs.last_accuracy(workdir)
-    if done is None or done[0] < config.train.num_steps:
-      # A stop signal (preemption) ended the run before its last
-      # evaluation: its checkpoint is saved; the rest waits for a rerun.
-      raise SystemExit(f"{name}: stopped before step "
-                       f"{config.train.num_steps}; rerun the same command to "
-                       "continue (no table is written for a partial run)")
+    # No table is written for a partial run: a stop signal ends it here.
+    done = runs.train_unless_finished(config, workdir)
     rows.append(dict(config=name, steps=done[0],
                      before=before["greedy_accuracy"], after=done[1],
                      num_problems=before["num_problems"],

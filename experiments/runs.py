@@ -7,6 +7,7 @@ plot (`overlay`). Used by `experiments.compare` and the reproductions
 import importlib
 import json
 import os
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -14,8 +15,13 @@ import numpy as np
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
 from grpo_jax import metrics
+from grpo_jax import train as train_lib
 
 ACCURACY = "eval/greedy_accuracy"
+# Config fields that do not change what a run computes: left out where
+# runs are matched by their config.json (`run_identity`).
+BOOKKEEPING = ("seed", "checkpoint.", "train.compilation_cache_dir",
+               "model.revision")
 # The overlay's panels: (title, metric); "ratio_spread" is ratio_max -
 # ratio_min (`with_ratio_spread`).
 OVERLAY_PANELS = (
@@ -49,6 +55,37 @@ def last_accuracy(workdir: str):
   if not evaluated:
     return None
   return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
+
+
+def train_unless_finished(config, workdir: str) -> tuple:
+  """(steps, held-out greedy accuracy) of the run of `config` in
+  `workdir`, trained (or resumed) first unless it has evaluated after its
+  last step; SystemExit if a stop signal ended it early (its checkpoint
+  is saved: the same command resumes it)."""
+  done = last_accuracy(workdir)
+  if done is None or done[0] < config.train.num_steps:
+    train_lib.train(config, workdir)
+    done = last_accuracy(workdir)
+  if done is None or done[0] < config.train.num_steps:
+    raise SystemExit(f"{workdir}: stopped before step "
+                     f"{config.train.num_steps}; rerun the same command to "
+                     "continue")
+  return done
+
+
+def run_identity(config: Mapping) -> dict:
+  """A run's config (a config.json's dict) as flat ``a.b: value`` pairs,
+  without the seed and the `BOOKKEEPING` fields: two runs with equal
+  identities compute the same thing up to their seed."""
+  def flat(tree, prefix=""):
+    for key, value in tree.items():
+      if isinstance(value, Mapping):
+        yield from flat(value, f"{prefix}{key}.")
+      else:
+        yield f"{prefix}{key}", value
+  return {k: v for k, v in flat(config)
+          if not any(k == b or (b.endswith(".") and k.startswith(b))
+                     for b in BOOKKEEPING)}
 
 
 def run_summary(workdir: str) -> dict:
@@ -101,7 +138,9 @@ def step_band(runs: Sequence[Sequence[dict]], key: str, smooth: int = 1):
   """(steps, mean, low, high) of `key` over `runs` (each a list of step
   records) at the steps every run logs it; each run's values first
   averaged over a trailing window of `smooth` logged steps. None where no
-  step is logged by all of them."""
+  step is logged by all of them (or `runs` is empty)."""
+  if not runs:
+    return None
   per_run = []
   for records in runs:
     logged = [(r["step"], float(r[key])) for r in records if key in r]
@@ -127,7 +166,9 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
   held-out evaluation) are drawn as points, the range as error bars."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   curves = {label: [with_ratio_spread(r) for r in runs]
-            for label, runs in curves.items()}
+            for label, runs in curves.items() if runs}
+  if not curves:
+    raise ValueError("overlay: no runs to draw")
   last_step = max(r["step"] for runs in curves.values() for records in runs
                   for r in records)
   columns = min(len(panels), 4)
@@ -145,14 +186,15 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
         continue
       steps, mean, low, high = band
       name = f"{label} ({len(runs)})" if len(runs) > 1 else label
+      color = f"C{index % 10}"  # a label's colour in every panel
       if every_step:
-        line, = ax.plot(steps, mean, label=name)
+        ax.plot(steps, mean, color=color, label=name)
         if len(runs) > 1:
-          ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+          ax.fill_between(steps, low, high, color=color, alpha=0.2)
       else:  # a few evaluations: points with the range as error bars,
         # side by side
         ax.errorbar(steps + 0.3 * index, mean, yerr=[mean - low, high - mean],
-                    marker="o", capsize=3, label=name)
+                    color=color, marker="o", capsize=3, label=name)
       drawn = True
     ax.set_xlim(-1, last_step + 2)
     if not drawn:
@@ -161,7 +203,11 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
     ax.grid(alpha=0.3)
   for ax in axes[len(panels):]:
     ax.axis("off")
-  handles, labels = axes[0].get_legend_handles_labels()
+  legend = {}  # every label drawn in some panel, once
+  for ax in axes:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      legend.setdefault(label, handle)
+  handles, labels = list(legend.values()), list(legend)
   if handles:
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4),
                fontsize="small")
@@ -175,9 +221,10 @@ def overlay(curves: Mapping[str, Sequence[Sequence[dict]]], path: str,
 
 
 def runs_by_config(run_dirs: Sequence[str]) -> dict:
-  """Run directories grouped by their ``config.json`` with the seed left
-  out, label -> list of their step records; a group is labelled by its
-  first directory's name (its parent's where the name is ``seed<k>``), a
+  """Run directories grouped by their ``config.json`` (`run_identity`: the
+  seed and bookkeeping left out), label -> list of their step records; a
+  group is labelled by its first directory's name (its parent's where the
+  name is ``seed<k>``; the path where two groups would share a name), a
   run without a ``config.json`` is its own group."""
   groups, labels = {}, {}
   for run_dir in run_dirs:
@@ -186,14 +233,11 @@ def runs_by_config(run_dirs: Sequence[str]) -> dict:
       raise SystemExit(f"{run_dir}: no {metrics.METRICS_FILE}; give run "
                        "directories (a train run's --workdir)")
     config = metrics.read_config(run_dir)
-    if config is None:
-      key = run_dir
-    else:
-      config.pop("seed", None)
-      key = json.dumps(config, sort_keys=True)
+    key = run_dir if config is None else json.dumps(run_identity(config),
+                                                      sort_keys=True)
     if key not in groups:
       name = os.path.basename(os.path.normpath(run_dir))
-      if name.startswith("seed"):
+      if re.fullmatch(r"seed\d+", name):
         name = os.path.basename(os.path.dirname(os.path.normpath(run_dir)))
       labels[key] = run_dir if name in labels.values() else name
       groups[key] = []

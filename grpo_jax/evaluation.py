@@ -7,7 +7,7 @@ Benchmarks (`load_benchmark`):
 | ``heldout``       | the configured task's held-out split (`data.make_task`)  |
 | ``gsm8k``         | GSM8K's test split through tensorflow_datasets           |
 | a JSONL file path | a file you bring (MATH-500, AIME, ...): question and     |
-|                   | answer fields, `records.QUESTION_KEYS` / `records.ANSWER_KEYS` |
+|                   | answer fields, `records.QUESTION_KEYS` / `ANSWER_KEYS`   |
 
 Each problem gets one greedy completion and n sampled ones at the sampling
 temperature from one sampler call per batch of prompts: of the ``1 + n`` rows

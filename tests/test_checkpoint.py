@@ -156,11 +156,14 @@ def test_orbax_info_lines_stay_off_the_console_and_its_warnings_do_not():
   checkpoint.quiet_orbax_logs()  # once is enough: no second filter
   handler = absl_logging.get_absl_handler()
   quiet = [f for f in handler.filters if isinstance(f, checkpoint._QuietOrbax)]
-  assert len(quiet) == 1
-  record = lambda path, level: logging.LogRecord("absl", level, path, 1, "m",
-                                                 None, None)
-  orbax_file = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
-  assert not handler.filter(record(orbax_file, logging.INFO))
-  assert handler.filter(record(orbax_file, logging.WARNING))
-  assert handler.filter(record("/grpo_jax/train.py", logging.INFO))
-  handler.removeFilter(quiet[0])
+  try:
+    assert len(quiet) == 1
+    record = lambda path, level: logging.LogRecord("absl", level, path, 1,
+                                                   "m", None, None)
+    orbax_file = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+    assert not handler.filter(record(orbax_file, logging.INFO))
+    assert handler.filter(record(orbax_file, logging.WARNING))
+    assert handler.filter(record("/grpo_jax/train.py", logging.INFO))
+  finally:
+    for f in quiet:
+      handler.removeFilter(f)

@@ -66,10 +66,19 @@ def test_every_arm_validates_with_what_the_claim_varies(name, preset):
       assert config.data.ops == ("+", "-", "*")  # the comparison task
       assert config.train.num_steps == 40
       assert config.optimizer.learning_rate == 2e-5
-    same_label = [other for name_ in CLAIMS for other in claim(name_).ARMS
-                  if other.label == arm.label]
-    for other in same_label:
-      assert runner.arm_config(other, 2, preset).to_dict() == config.to_dict()
+
+
+def test_an_arm_label_names_one_config_across_the_claims():
+  """Claims share the runs of an arm's label: each label must mean one
+  config wherever it appears (grpo_4mb in two claims, grpo in three)."""
+  configs = {}
+  for name in CLAIMS:
+    for arm in claim(name).ARMS:
+      configs.setdefault(arm.label, set()).add(
+          runner.arm_config(arm, 0).to_json_best_effort())
+  assert all(len(found) == 1 for found in configs.values()), [
+      label for label, found in configs.items() if len(found) > 1]
+  assert len(configs) == 17
 
 
 def test_the_claims_vary_what_they_say():
@@ -119,10 +128,14 @@ def test_runs_differing_only_in_seed_share_a_line(tmp_path):
   write_run(tmp_path / "g8", records,
             dict(seed=0, rollout=dict(num_generations=8)))
   write_run(tmp_path / "old", records)  # no config.json: its own line
-  grouped = runs.runs_by_config([str(tmp_path / d) for d in
-                                 ("grpo/seed0", "grpo/seed1", "g8", "old")])
-  assert {k: len(v) for k, v in grouped.items()} == {"grpo": 2, "g8": 1,
+  write_run(tmp_path / "grpo" / "seedless", records,  # bookkeeping aside
+            dict(config, seed=2, checkpoint=dict(every=3)))
+  grouped = runs.runs_by_config([str(tmp_path / d) for d in (
+      "grpo/seed0", "grpo/seed1", "g8", "old", "grpo/seedless")])
+  assert {k: len(v) for k, v in grouped.items()} == {"grpo": 3, "g8": 1,
                                                      "old": 1}
+  assert runs.run_identity(dict(config, checkpoint=dict(every=3))) == {
+      "rollout.num_generations": 4}
   assert runs.with_ratio_spread(records)[0]["ratio_spread"] == 0.75
   path = runs.overlay(grouped, str(tmp_path / "plot.png"))
   assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -151,10 +164,11 @@ def test_the_table_gives_mean_and_sample_deviation_per_arm():
                           {"grpo": [0, 1]})
   assert table.splitlines()[-1] == "| grpo | 0,1 | 0.600 ± 0.141 | - |"
   counts = runner.markdown({"grpo": summary}, ("rollouts",), {"grpo": [0, 1]})
-  assert counts.splitlines()[-1] == "| grpo | 0,1 | 96.000 ± 0.000 |"
-  assert runner.markdown(
-      {"g": {"rollouts": (314.667, 2.309, 3)}}, ("rollouts",),
-      {"g": [0, 1, 2]}).splitlines()[-1] == "| g | 0,1,2 | 315 ± 2 |"
+  assert counts.splitlines()[-1] == "| grpo | 0,1 | 96 ± 0 |"
+  assert runner.markdown(  # a column's decimals, whatever its values
+      {"g": {"rollouts": (80.0, None, 1), "length_last5": (314.667, 2.3, 3)}},
+      ("rollouts", "length_last5"), {"g": [0]}).splitlines()[-1] == (
+          "| g | 0 | 80 | 314.7 ± 2.3 |")
 
 
 def test_a_run_directory_of_another_config_is_refused(tmp_path):
@@ -168,13 +182,31 @@ def test_a_run_directory_of_another_config_is_refused(tmp_path):
   extra = dict(json.loads(config.to_json_best_effort()), new_field=1)
   metrics.write_config(str(run_dir), json.dumps(extra))
   runner.check_same_run(str(run_dir), config)  # a field only one side has
+  bookkeeping = json.loads(config.to_json_best_effort())
+  bookkeeping["checkpoint"]["every"] += 1
+  bookkeeping["train"]["compilation_cache_dir"] = "/elsewhere"
+  metrics.write_config(str(run_dir), json.dumps(bookkeeping))
+  runner.check_same_run(str(run_dir), config)
+  other = json.loads(config.to_json_best_effort())
+  other["rollout"]["num_generations"] += 1
+  metrics.write_config(str(run_dir), json.dumps(other))
+  with pytest.raises(SystemExit, match="rollout.num_generations"):
+    runner.check_same_run(str(run_dir), config)
+  with pytest.raises(SystemExit, match="rollout.num_generations"):
+    runner.finished_records(str(run_dir), config)  # read back: checked too
 
 
-def test_unknown_arms_are_named_before_any_run(tmp_path):
+def test_unknown_arms_and_no_seeds_are_named_before_any_run(tmp_path):
+  run = lambda **kwargs: runner.reproduce(
+      "knapsack", claim("knapsack").ARMS, ("heldout",), preset="tiny",
+      workdir=str(tmp_path), out=str(tmp_path), **kwargs)
   with pytest.raises(SystemExit, match=r"\['gmpo'\].*knapsack_rl"):
-    runner.reproduce("knapsack", claim("knapsack").ARMS, ("heldout",),
-                     seeds=[0], preset="tiny", workdir=str(tmp_path),
-                     out=str(tmp_path), only=["gmpo"])
+    run(seeds=[0], only=["gmpo"])
+  with pytest.raises(SystemExit, match="--seeds"):
+    run(seeds=[])
+  with pytest.raises(SystemExit, match="no run has finished"):
+    run(seeds=[0], only=[])
+  assert not os.listdir(tmp_path)
 
 
 def check_outputs(out, name, arms, seeds):

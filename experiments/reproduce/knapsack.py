@@ -13,7 +13,7 @@ Arms (the comparison task at the quickstart's scale: 8 rollouts per step,
 Scale-down: 8 rollouts per step over 300 problems; the paper's budgets
 are thousands of rollouts over its whole prompt set.
 
-Command (3 seeds; about 35 minutes on this 2-core CPU):
+Command (3 seeds; 28 minutes on this 2-core CPU, 4.7 a run):
   python -m experiments.reproduce.knapsack
 
 Read: the nonzero-gradient share (rows with a nonzero advantage) and the

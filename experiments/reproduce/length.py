@@ -8,9 +8,12 @@ reward an answer for beating the shortest correct one seen so far.
 Arms (the comparison task at the quickstart's scale: 2 prompts, 40 steps,
 lr 2e-5, no KL, up to 40 new tokens):
   grpo         4 completions per prompt
-  gfpo         `configs/gfpo.py`: 8 sampled, the shortest 4 train
+  gfpo         `configs/gfpo.py`: 8 sampled, the shortest 4 train, the
+               loss a mean over the batch's tokens (the paper's; GRPO's
+               is a mean over each completion's tokens, then rows)
   hapo_length  `configs/hapo_length.py`: accuracy plus the history-aware
-               length reward
+               length reward (no format reward: GRPO's and GFPO's 0.1
+               for the format drop out, so reward totals do not compare)
 Scale-down: 40-token completions; the papers' answers run to thousands of
 tokens, and GRPO lengthens them there. At this scale GRPO itself shortens
 them (the quickstart from 40 to about 9 tokens), so the claim can only
@@ -33,7 +36,7 @@ PANELS = (
     ("completion length", "completion_length/mean"),
     ("sampled accuracy", "accuracy"),
     ("held-out greedy accuracy", "eval/greedy_accuracy"),
-    ("reward", "reward/total"),
+    ("truncated at 40 tokens", "truncation_rate"),
 )
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import importlib
 import json
 import os
 import shutil
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -42,8 +42,8 @@ _ARMS = flags.DEFINE_list(
     "whose runs have finished).")
 _OUT = flags.DEFINE_string(
     "out", None, "Where <claim>.json, .png and .md go; default "
-    "experiments/reproduce/results (the README's), WORKDIR/results with "
-    "--preset=tiny.")
+    "experiments/reproduce/results (the README's) for every arm with the "
+    "default seeds at the quickstart preset, else WORKDIR/results.")
 _KEEP_CHECKPOINTS = flags.DEFINE_bool(
     "keep_checkpoints", False, "Keep a finished run's checkpoints.")
 
@@ -85,101 +85,108 @@ def arm_config(arm: Arm, seed: int, preset: str = "quickstart"
   return config_lib.validate(config)
 
 
-def _flat(tree: Mapping, prefix: str = "") -> dict:
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      flat.update(_flat(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
+def run_directory(workdir: str, arm: Arm, seed: int) -> str:
+  return os.path.join(workdir, arm.label, f"seed{seed}")
 
 
 def check_same_run(run_dir: str, config) -> None:
   """Stops if `run_dir` holds a run whose config differs from `config` in a
-  field both have (fields added to the code since are not compared)."""
+  field both have (`runs.run_identity`: the seed and bookkeeping aside;
+  fields added to the code since are not compared)."""
   saved = metrics.read_config(run_dir)
   if saved is None:
     return
-  saved, wanted = _flat(saved), _flat(json.loads(
-      config.to_json_best_effort()))
+  wanted = runs.run_identity(json.loads(config.to_json_best_effort()))
+  seed = saved.get("seed", config.seed)
+  saved = runs.run_identity(saved)
   differ = sorted(k for k in saved.keys() & wanted.keys()
-                  if saved[k] != wanted[k])
+                  if saved[k] != wanted[k]) + (["seed"] if seed != config.seed
+                                               else [])
   if differ:
     raise SystemExit(
         f"{run_dir} holds a run of another config (fields {differ[:5]} "
         "differ): remove that directory or give another --workdir")
 
 
-def run_arm(arm: Arm, seed: int, preset: str, workdir: str,
-            keep_checkpoints: bool = False) -> list:
-  """The step records of `arm` with `seed`: trained unless finished."""
-  config = arm_config(arm, seed, preset)
-  run_dir = os.path.join(workdir, arm.label, f"seed{seed}")
+def run_arm(config, run_dir: str, keep_checkpoints: bool = False) -> None:
+  """Trains `config` in `run_dir` unless its run there has finished."""
   check_same_run(run_dir, config)
   done = runs.last_accuracy(run_dir)
   if done is None or done[0] < config.train.num_steps:
-    print(f"{arm.label}, seed {seed}: training in {run_dir}", flush=True)
-    train_lib.train(config, run_dir)
-    done = runs.last_accuracy(run_dir)
-    if done is None or done[0] < config.train.num_steps:
-      raise SystemExit(f"{run_dir}: stopped before its last step; rerun the "
-                       "same command to resume")
+    print(f"training in {run_dir}", flush=True)
+  runs.train_unless_finished(config, run_dir)
   if not keep_checkpoints:
     shutil.rmtree(train_lib.checkpoint_directory(run_dir), ignore_errors=True)
-  return finished_records(run_dir, config.train.num_steps)
 
 
-def finished_records(run_dir: str, num_steps: int) -> Optional[list]:
-  """The step records of a run in `run_dir` that has evaluated after its
-  step `num_steps`, else None."""
+def finished_records(run_dir: str, config) -> Optional[list]:
+  """The step records of the run of `config` in `run_dir` if it has
+  evaluated after its last step, else None."""
+  check_same_run(run_dir, config)
   done = runs.last_accuracy(run_dir)
-  if done is None or done[0] < num_steps:
+  if done is None or done[0] < config.train.num_steps:
     return None
   return metrics.read(os.path.join(run_dir, metrics.METRICS_FILE))
 
 
-def _mean(records, key, last: int = 0):
+def _mean(records, key, first: int = 0, last: int = 0):
+  """The mean of `key` over `records` that log it (the first or the last
+  few of them), None if none does."""
   values = [float(r[key]) for r in records if key in r]
-  values = values[-last:] if last else values
+  values = values[:first] if first else values[-last:] if last else values
   return float(np.mean(values)) if values else None
 
 
-# The table's columns: name -> (header, what one run's records give).
-COLUMNS: Mapping[str, tuple] = {
-    "heldout": ("held-out greedy", lambda rs: _mean(rs, runs.ACCURACY, 1)),
-    "accuracy_last10": ("sampled accuracy, last 10 steps",
-                        lambda rs: _mean(rs, "accuracy", 10)),
-    "rollouts": ("rollouts", lambda rs: sum(r["reward/scored"] for r in rs)),
-    "nonzero_share": ("nonzero-gradient share",
-                      lambda rs: _mean(rs, "rollout/nonzero_gradient_share")),
-    "collapse": ("collapse rate (verifier rewards)",
-                 lambda rs: _mean(rs, "advantage/collapse_rate")),
-    "length_first5": ("length, first 5 steps",
-                      lambda rs: _mean(rs[:5], "completion_length/mean")),
-    "length_last5": ("length, last 5 steps",
-                     lambda rs: _mean(rs, "completion_length/mean", 5)),
-    "clip_fraction": ("clip fraction", lambda rs: _mean(rs, "clip_fraction")),
-    "ratio_spread": ("ratio max - min", lambda rs: _mean(
+class Column(NamedTuple):
+  """A table column: its header, what one run's step records give, and
+  the decimals its cells show."""
+  header: str
+  measure: Callable[[list], Optional[float]]
+  decimals: int = 3
+
+
+COLUMNS: Mapping[str, Column] = {
+    "heldout": Column("held-out greedy, last step",
+                      lambda rs: _mean(rs, runs.ACCURACY, last=1)),
+    "accuracy_last10": Column("sampled accuracy, last 10 steps",
+                              lambda rs: _mean(rs, "accuracy", last=10)),
+    "rollouts": Column("rollouts scored",
+                       lambda rs: sum(r["reward/scored"] for r in rs), 0),
+    "nonzero_share": Column(
+        "nonzero-gradient share",
+        lambda rs: _mean(rs, "rollout/nonzero_gradient_share")),
+    "collapse": Column("collapse rate (verifier rewards)",
+                       lambda rs: _mean(rs, "advantage/collapse_rate")),
+    "length_first5": Column(
+        "length, first 5 steps",
+        lambda rs: _mean(rs, "completion_length/mean", first=5), 1),
+    "length_last5": Column(
+        "length, last 5 steps",
+        lambda rs: _mean(rs, "completion_length/mean", last=5), 1),
+    "clip_fraction": Column("clip fraction",
+                            lambda rs: _mean(rs, "clip_fraction")),
+    "ratio_spread": Column("ratio max - min", lambda rs: _mean(
         runs.with_ratio_spread(rs), "ratio_spread")),
-    "ratio_spread_max": ("largest ratio max - min", lambda rs: max(
+    "ratio_spread_max": Column("largest ratio max - min", lambda rs: max(
         (r["ratio_spread"] for r in runs.with_ratio_spread(rs)
          if "ratio_spread" in r), default=None)),
-    "ratio_var": ("ratio variance", lambda rs: _mean(rs, "ratio_var")),
-    "entropy_last10": ("entropy, last 10 steps",
-                       lambda rs: _mean(rs, "entropy", 10)),
-    "grad_norm": ("gradient norm", lambda rs: _mean(rs, "grad_norm")),
-    "abs_advantage": ("mean |advantage|",
-                      lambda rs: _mean(rs, "advantage/abs_mean")),
+    "ratio_var": Column("ratio variance", lambda rs: _mean(rs, "ratio_var"),
+                        4),
+    "entropy_last10": Column("entropy, last 10 steps",
+                             lambda rs: _mean(rs, "entropy", last=10)),
+    "grad_norm": Column("gradient norm", lambda rs: _mean(rs, "grad_norm")),
+    "abs_advantage": Column("mean |advantage|",
+                            lambda rs: _mean(rs, "advantage/abs_mean")),
 }
 
 
-def summarize(runs: Sequence[list], columns: Sequence[str]) -> dict:
-  """column -> (mean, sample standard deviation, runs) over `runs`; the
-  deviation None for a single run, the mean None where no run measures."""
+def summarize(seed_runs: Sequence[list], columns: Sequence[str]) -> dict:
+  """column -> (mean, sample standard deviation, runs) over `seed_runs`
+  (each run's step records, measured by the column); the deviation None
+  for a single run, the mean None where no run measures it."""
   summary = {}
   for name in columns:
-    values = [v for v in (COLUMNS[name][1](rs) for rs in runs)
+    values = [v for v in (COLUMNS[name].measure(rs) for rs in seed_runs)
               if v is not None]
     summary[name] = (float(np.mean(values)) if values else None,
                      float(np.std(values, ddof=1)) if len(values) > 1
@@ -191,33 +198,41 @@ def markdown(summaries: Mapping[str, dict], columns: Sequence[str],
              seeds: Mapping[str, Sequence[int]]) -> str:
   """A table, one row per arm: each column's mean +- its standard
   deviation over the arm's seeds."""
-  def cell(mean, std, _):
+  def cell(column, mean, std, _):
     if mean is None:
       return "-"
-    shown = lambda x: f"{x:.0f}" if abs(mean) >= 100 else f"{x:.3f}"
+    shown = lambda x: f"{x:.{COLUMNS[column].decimals}f}"
     return shown(mean) if std is None else f"{shown(mean)} ± {shown(std)}"
-  lines = ["| arm | seeds | " + " | ".join(COLUMNS[c][0] for c in columns)
+  lines = ["| arm | seeds | " + " | ".join(COLUMNS[c].header for c in columns)
            + " |", "|---|---|" + "---|" * len(columns)]
   for label, summary in summaries.items():
     lines.append(f"| {label} | {','.join(map(str, seeds[label]))} | "
-                 + " | ".join(cell(*summary[c]) for c in columns) + " |")
+                 + " | ".join(cell(c, *summary[c]) for c in columns) + " |")
   return "\n".join(lines)
 
 
-def base_accuracy(arm: Arm, preset: str, workdir: str) -> float:
-  """The base model's held-out greedy accuracy on `arm`'s task and
-  prompts, measured once per task under `workdir`."""
-  config = arm_config(arm, 0, preset)
+def base_accuracy(arms: Sequence[Arm], preset: str, workdir: str) -> float:
+  """The base model's held-out greedy accuracy on the arms' task and
+  prompts (one for all of them), measured once under `workdir`."""
+  configs = [arm_config(arm, 0, preset) for arm in arms]
+  keys = {runs.baseline_key(config) for config in configs}
+  if len(keys) > 1:
+    raise ValueError("the arms' base models are evaluated on different "
+                     "tasks or prompts: one claim, one task")
+  key, = keys
   path = os.path.join(workdir, "base_model.json")
-  known = json.load(open(path)) if os.path.exists(path) else {}
-  key = runs.baseline_key(config)
+  known = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      known = json.load(f)
   if key not in known:
     known[key] = evaluation.evaluate(
-        config, k=(), num_problems=config.eval.num_problems)[
+        configs[0], k=(), num_problems=configs[0].eval.num_problems)[
             "greedy_accuracy"]
     os.makedirs(workdir, exist_ok=True)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
       json.dump(known, f)
+    os.replace(path + ".tmp", path)
   return known[key]
 
 
@@ -238,22 +253,27 @@ def reproduce(claim: str, arms: Sequence[Arm], columns: Sequence[str],
                      f"are {labels}")
   if len(set(labels)) != len(labels):
     raise ValueError(f"{claim}: two arms share a label ({labels})")
-  for arm in arms:
-    arm_config(arm, seeds[0], preset)  # every arm's config checked first
+  if not seeds:
+    raise SystemExit("--seeds: give at least one seed")
+  # Every arm's config checked before any compute.
+  configs = {(arm.label, seed): arm_config(arm, seed, preset)
+             for arm in arms for seed in seeds}
   for arm in arms:
     if only is None or arm.label in only:
       for seed in seeds:
-        run_arm(arm, seed, preset, workdir, keep_checkpoints)
+        run_arm(configs[arm.label, seed], run_directory(workdir, arm, seed),
+                keep_checkpoints)
   finished = {}
   for arm in arms:
-    steps = arm_config(arm, seeds[0], preset).train.num_steps
-    done = {seed: finished_records(
-        os.path.join(workdir, arm.label, f"seed{seed}"), steps)
+    done = {seed: finished_records(run_directory(workdir, arm, seed),
+                                   configs[arm.label, seed])
             for seed in seeds}
     done = {seed: records for seed, records in done.items() if records}
     if done:
       finished[arm.label] = done
-  before = base_accuracy(arms[0], preset, workdir)
+  if not finished:
+    raise SystemExit(f"{claim}: no run has finished under {workdir}")
+  before = base_accuracy(arms, preset, workdir)
   result = dict(claim=claim, preset=preset, base_heldout_greedy=before,
                 runs={label: {str(s): r for s, r in done.items()}
                       for label, done in finished.items()})
@@ -282,8 +302,11 @@ def main(claim: str, arms: Sequence[Arm], columns: Sequence[str],
       raise app.UsageError(f"unexpected arguments {argv[1:]}")
     checkpoint.quiet_orbax_logs()
     preset, workdir = _PRESET.value, _WORKDIR.value
-    out = _OUT.value or (os.path.join(workdir, "results") if preset == "tiny"
-                         else RESULTS)
+    # The README's results only from a full run: every arm, default seeds.
+    full = (preset == "quickstart" and _ARMS.value is None
+            and _SEEDS.value == _SEEDS.default)
+    out = _OUT.value or (RESULTS if full else os.path.join(workdir,
+                                                            "results"))
     reproduce(claim, arms, columns, panels,
               seeds=[int(s) for s in _SEEDS.value], preset=preset,
               workdir=workdir, out=out, only=_ARMS.value,

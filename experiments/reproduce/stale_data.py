@@ -12,7 +12,9 @@ steps, lr 2e-5, no KL), 4 or 8 optimiser steps per batch (4 minibatches
 of 2 rows, one or two passes):
   grpo_4mb, grpo_2x4mb     PPO's clip, eps 0.2 (`configs/grpo.py`)
   cfpo_4mb, cfpo_2x4mb     `configs/cfpo.py` (eps 0.2)
-  r2vpo_4mb, r2vpo_2x4mb   `configs/r2vpo.py` (delta 0.01)
+  r2vpo_4mb, r2vpo_2x4mb   `configs/r2vpo.py` (delta 0.01; its loss a
+                           mean over the batch's tokens, the others' over
+                           each completion's tokens, then rows)
 Scale-down: 8 rows per batch; the papers train 1.5B-7B models with
 hundreds of rows per batch.
 

@@ -107,8 +107,7 @@ get = CREDIT.get
 
 # The public API: what the imports above re-export.
 __all__ = [
-    "ah_grpo", "Any", "Callable", "check_options", "CREDIT", "Credit",
-    "Credited", "egspo", "functools", "get", "gtpo", "jax", "make", "Mapping",
-    "measurements", "meta", "NamedTuple", "names", "READS", "sa_ah_grpo",
-    "STATIC_READS", "t_spmo", "Tuple", "uniform",
+    "ah_grpo", "check_options", "CREDIT", "Credit", "Credited", "egspo",
+    "get", "gtpo", "make", "measurements", "meta", "names", "READS",
+    "sa_ah_grpo", "STATIC_READS", "t_spmo", "uniform",
 ]
