@@ -15,7 +15,8 @@ AVSPO's virtual samples change by design; the nonzero-gradient share
 shows that mechanism.
 Scale-down: 8 rollouts per step, 40 steps.
 
-Command (3 seeds; about 35 minutes on this 2-core CPU):
+Command (3 seeds; 11 minutes for AVSPO's three runs on this 2-core CPU,
+3.5 a run, after GRPO's, which claim 4 shares, 14):
   python -m experiments.reproduce.avspo_collapse
 """
 
