@@ -30,12 +30,6 @@ ARMS = (
 )
 COLUMNS = ("heldout", "accuracy_last10", "ratio_spread", "ratio_spread_max",
            "ratio_var", "clip_fraction", "entropy_last10")
-PANELS = (
-    ("sampled accuracy", "accuracy"),
-    ("held-out greedy accuracy", "eval/greedy_accuracy"),
-    ("importance ratio max - min", "ratio_spread"),
-    ("entropy", "entropy"),
-)
 
 if __name__ == "__main__":
-  runner.main("gmpo_ratio", ARMS, COLUMNS, PANELS)
+  runner.main("gmpo_ratio", ARMS, COLUMNS, runner.RATIO_PANELS)

@@ -180,6 +180,15 @@ COLUMNS: Mapping[str, Column] = {
 }
 
 
+# The plot of the claims about objectives off policy (GMPO, stale data).
+RATIO_PANELS = (
+    ("sampled accuracy", "accuracy"),
+    ("held-out greedy accuracy", runs.ACCURACY),
+    ("importance ratio max - min", "ratio_spread"),
+    ("entropy", "entropy"),
+)
+
+
 def summarize(seed_runs: Sequence[list], columns: Sequence[str]) -> dict:
   """column -> (mean, sample standard deviation, runs) over `seed_runs`
   (each run's step records, measured by the column); the deviation None

@@ -38,12 +38,6 @@ ARMS = tuple(
     for name in ("grpo", "cfpo", "r2vpo") for passes in (1, 2))
 COLUMNS = ("heldout", "accuracy_last10", "entropy_last10", "ratio_spread",
            "ratio_spread_max", "ratio_var", "clip_fraction")
-PANELS = (
-    ("sampled accuracy", "accuracy"),
-    ("held-out greedy accuracy", "eval/greedy_accuracy"),
-    ("importance ratio max - min", "ratio_spread"),
-    ("entropy", "entropy"),
-)
 
 if __name__ == "__main__":
-  runner.main("stale_data", ARMS, COLUMNS, PANELS)
+  runner.main("stale_data", ARMS, COLUMNS, runner.RATIO_PANELS)
