@@ -15,7 +15,8 @@ optimiser steps per batch, the last three off policy:
 Scale-down: the paper's 7B models and 8 minibatches per batch over
 hundreds of steps; here 4 minibatches of 2 rows, 40 steps.
 
-Command (3 seeds; about 50 minutes on this 2-core CPU):
+Command (3 seeds; 54 minutes on this 2-core CPU with the test suite
+running beside it, 7 a run alone):
   python -m experiments.reproduce.gmpo_ratio
 
 Read: the spread of the token ratio (max - min per step, its mean and its
