@@ -96,12 +96,13 @@ def check_same_run(run_dir: str, config) -> None:
   saved = metrics.read_config(run_dir)
   if saved is None:
     return
-  wanted = runs.run_identity(json.loads(config.to_json_best_effort()))
   seed = saved.get("seed", config.seed)
   saved = runs.run_identity(saved)
+  wanted = runs.run_identity(json.loads(config.to_json_best_effort()))
   differ = sorted(k for k in saved.keys() & wanted.keys()
-                  if saved[k] != wanted[k]) + (["seed"] if seed != config.seed
-                                               else [])
+                  if saved[k] != wanted[k])
+  if seed != config.seed:
+    differ.append("seed")
   if differ:
     raise SystemExit(
         f"{run_dir} holds a run of another config (fields {differ[:5]} "
