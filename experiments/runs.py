@@ -50,8 +50,8 @@ def comparison_config(name: str, scale: str = "own"):
 def last_accuracy(workdir: str):
   """(steps done, greedy accuracy) at the last evaluation in `workdir`'s
   metrics, or None; a record's step counts from 0."""
-  evaluated = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
-               if ACCURACY in r]
+  records = metrics.read(os.path.join(workdir, metrics.METRICS_FILE))
+  evaluated = [r for r in records if ACCURACY in r]
   if not evaluated:
     return None
   return evaluated[-1]["step"] + 1, evaluated[-1][ACCURACY]
@@ -98,7 +98,8 @@ def run_summary(workdir: str) -> dict:
   (``clip_fraction``) and the mean spread of the importance ratio
   (``ratio_max - ratio_min``) over the steps that log them (None where
   none does)."""
-  records = [r for r in metrics.read(os.path.join(workdir, "metrics.jsonl"))
+  records = [r for r in metrics.read(os.path.join(workdir,
+                                                 metrics.METRICS_FILE))
              if "reward/scored" in r]
   mean = lambda values: sum(values) / max(len(values), 1)
   logged = lambda values: mean(values) if values else None
