@@ -64,6 +64,7 @@ def train_unless_finished(config, workdir: str) -> tuple:
   is saved: the same command resumes it)."""
   done = last_accuracy(workdir)
   if done is None or done[0] < config.train.num_steps:
+    print(f"training in {workdir}", flush=True)
     train_lib.train(config, workdir)
     done = last_accuracy(workdir)
   if done is None or done[0] < config.train.num_steps:

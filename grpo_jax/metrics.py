@@ -42,13 +42,17 @@ def read(path: str) -> list:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def write_config(workdir: str, config_json: str) -> None:
-  """Writes ``workdir/config.json`` (atomically: a crash leaves the old one
-  or the new one)."""
-  path = os.path.join(workdir, CONFIG_FILE)
+def write_atomically(path: str, text: str) -> None:
+  """Writes `text` to `path` through a temporary file: a crash leaves the
+  old file or the new one, never a part."""
   with open(path + ".tmp", "w") as f:
-    f.write(config_json)
+    f.write(text)
   os.replace(path + ".tmp", path)
+
+
+def write_config(workdir: str, config_json: str) -> None:
+  """Writes ``workdir/config.json`` (atomically)."""
+  write_atomically(os.path.join(workdir, CONFIG_FILE), config_json)
 
 
 def read_config(workdir: str) -> Optional[dict]:
@@ -85,11 +89,7 @@ class MetricsWriter:
     self.workdir = workdir
     self.path = os.path.join(workdir, METRICS_FILE)
     kept = [r for r in read(self.path) if r["step"] < start_step]
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      for record in kept:
-        f.write(json.dumps(record) + "\n")
-    os.replace(tmp, self.path)
+    write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
     self._file = open(self.path, "a")
     self._tb = None
     if tensorboard:

@@ -408,8 +408,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
 
   Writes ``workdir/config.json`` (the config as run), ``metrics.jsonl``,
   TensorBoard events, ``curves.png`` and checkpoints under
-  ``workdir/checkpoints`` (every ``checkpoint.every`` steps and at the end). If a checkpoint exists the run continues from the latest
-  one, exactly as if it had never stopped. With ``eval.every`` the held-out
+  ``workdir/checkpoints`` (every ``checkpoint.every`` steps and at the end).
+  If a checkpoint exists the run continues from the latest one, exactly as
+  if it had never stopped. With ``eval.every`` the held-out
   figures (`evaluation.from_config`) join the record of every
   ``eval.every``-th step and of the last, as ``eval/<name>``.
 

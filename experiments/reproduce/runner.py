@@ -112,9 +112,6 @@ def check_same_run(run_dir: str, config) -> None:
 def run_arm(config, run_dir: str, keep_checkpoints: bool = False) -> None:
   """Trains `config` in `run_dir` unless its run there has finished."""
   check_same_run(run_dir, config)
-  done = runs.last_accuracy(run_dir)
-  if done is None or done[0] < config.train.num_steps:
-    print(f"training in {run_dir}", flush=True)
   runs.train_unless_finished(config, run_dir)
   if not keep_checkpoints:
     shutil.rmtree(train_lib.checkpoint_directory(run_dir), ignore_errors=True)
@@ -240,9 +237,7 @@ def base_accuracy(arms: Sequence[Arm], preset: str, workdir: str) -> float:
         configs[0], k=(), num_problems=configs[0].eval.num_problems)[
             "greedy_accuracy"]
     os.makedirs(workdir, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-      json.dump(known, f)
-    os.replace(path + ".tmp", path)
+    metrics.write_atomically(path, json.dumps(known))
   return known[key]
 
 
