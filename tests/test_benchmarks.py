@@ -358,3 +358,58 @@ def test_precision_benchmark_measures_both_dtypes():
   assert f32["sampler_vs_trainer"]["max"] < 1e-4
   assert bf16["sampler_vs_trainer"]["max"] > f32["sampler_vs_trainer"]["max"]
   assert 0 < bf16["trainer_bf16_vs_float32"]["max"] < 0.1
+
+
+# -------------------------------------------------------------- accelerator
+
+_TINY_ACCELERATOR = ["--shape", "tiny", "--batches", "1,2", "--prompts", "1",
+                     "--group", "2", "--prompt_len", "4", "--new_tokens", "4",
+                     "--loss_n", "2", "--loss_t", "8", "--repeats", "1"]
+
+
+def test_accelerator_rows_against_hand_computed_floors(tmp_path, monkeypatch):
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(machine, "matmul_gflop_s", lambda *a: 100.0)
+  monkeypatch.setattr(machine, "device_bandwidth_gb_s", lambda *a: 10.0)
+  path = tmp_path / "accelerator.json"
+  accelerator.main(_TINY_ACCELERATOR + ["--json", str(path)])
+  result = json.loads(path.read_text())
+  rows = {(r["dtype"], r["workload"]): r for r in result["rows"]}
+  assert len(rows) == 2 * 4
+  # The tiny model (vocab 256, width 32, MLP 64, 2 layers, q 32x32, k and v
+  # 32x16, o 32x32, two norms each; tied embedding, final norm): W weights.
+  weights = 256 * 32 + 2 * (1024 + 512 + 512 + 1024 + 3 * 32 * 64 + 64) + 32
+  assert weights == 26784
+  for dtype, width in (("float32", 4), ("bfloat16", 2)):
+    decode = rows[dtype, "decode, batch 1"]
+    # 4 steps, each reading every weight once at 10 GB/s (2 W FLOPs at
+    # 100 GFLOP/s take a twentieth of that).
+    assert decode["floor_s"] == pytest.approx(4 * weights * width / 1e10)
+    assert decode["binding"] == "bandwidth"
+    assert decode["tokens_per_s"] == pytest.approx(4 / decode["seconds"])
+    update = rows[dtype, "update, 1 x 2"]
+    assert update["floor_s"] == pytest.approx(6 * weights * 16 / 1e11)
+    assert update["share_of_floor"] == pytest.approx(
+        update["floor_s"] / update["seconds"])
+    logprobs = rows[dtype, "log-probs + loss, 2 x 8"]
+    assert logprobs["floor_s"] == pytest.approx(6 * 2 * 8 * 32 * 256 / 1e11)
+    assert logprobs["peak_gib"] > 0
+  assert result["limits"]["bfloat16"] == dict(matmul_gflop_s=100.0,
+                                              bandwidth_gb_s=10.0)
+
+
+def test_accelerator_refuses_an_unknown_dtype():
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  with pytest.raises(SystemExit):
+    accelerator.parse_args(["--dtypes", "float16"])
+
+
+@pytest.mark.real_model
+def test_accelerator_shape_is_the_embedded_models():
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  config, _, _ = models.load("smollm2-135m-instruct")
+  # The GGUF stores the norm's epsilon in float32.
+  assert accelerator.model_config("smollm2", "float32") == config.replace(
+      rms_norm_eps=1e-5)
+  assert config.rms_norm_eps == pytest.approx(1e-5)

@@ -36,20 +36,27 @@ class Limits(NamedTuple):
   bandwidth_gb_s: float  # copy bandwidth (read + write)
 
 
-def matmul_gflop_s(size=2048, repeats=5) -> float:
-  """Best float32 [size, size] x [size, size] throughput of jitted JAX."""
+def best_seconds(fn, *args, repeats: int) -> float:
+  """Fastest of `repeats` warm calls of `fn(*args)`, to the last result."""
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  keys = jax.random.split(jax.random.key(0))
-  a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in keys)
-  matmul = jax.jit(jnp.matmul)
-  matmul(a, b).block_until_ready()  # compile
+  jax.block_until_ready(fn(*args))  # compile
   best = float("inf")
   for _ in range(repeats):
     start = time.perf_counter()
-    matmul(a, b).block_until_ready()
+    jax.block_until_ready(fn(*args))
     best = min(best, time.perf_counter() - start)
-  return 2 * size**3 / best / 1e9
+  return best
+
+
+def matmul_gflop_s(size=2048, repeats=5, dtype="float32") -> float:
+  """Best [size, size] x [size, size] throughput of jitted JAX, on the
+  default device, in `dtype`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  keys = jax.random.split(jax.random.key(0))
+  a, b = (jax.random.normal(k, (size, size), dtype) for k in keys)
+  return 2 * size**3 / best_seconds(jax.jit(jnp.matmul), a, b,
+                                    repeats=repeats) / 1e9
 
 
 def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
@@ -62,6 +69,16 @@ def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
     np.copyto(dst, src)
     best = min(best, time.perf_counter() - start)
   return 2 * src.nbytes / best / 1e9
+
+
+def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
+  """Best jitted `x + 1` over a float32 buffer on the default device (an
+  accelerator's HBM), GB/s counting the bytes read and written."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  x = jnp.zeros((num_bytes // 4,), jnp.float32)
+  return 2 * x.nbytes / best_seconds(jax.jit(lambda x: x + 1), x,
+                                     repeats=repeats) / 1e9
 
 
 def measure(matmul_size=2048, copy_bytes=512 * 2**20, repeats=5) -> Limits:
@@ -86,6 +103,13 @@ def decode_step_floor_s(weights, weight_bytes, rows, limits: Limits) -> float:
   reading every weight once and 2 FLOPs per weight per row."""
   return max(weight_bytes / (limits.bandwidth_gb_s * 1e9),
              2 * weights * rows / (limits.matmul_gflop_s * 1e9))
+
+
+def decode_binding(weights, weight_bytes, rows, limits: Limits) -> str:
+  """Which limit sets `decode_step_floor_s`: 'bandwidth' or 'matmul'."""
+  reading_s = weight_bytes / (limits.bandwidth_gb_s * 1e9)
+  return ("bandwidth" if reading_s == decode_step_floor_s(
+      weights, weight_bytes, rows, limits) else "matmul")
 
 
 def update_floor_s(weights, tokens, limits: Limits) -> float:

@@ -108,38 +108,46 @@ def profile(fn, args, threads: int, top: int = 0):
               host_idle_s=max(wall - ops / threads, 0.0), **split)
 
 
-def decode_case(batch: int, new_tokens: int):
-  """(fn, args) sampling `new_tokens` for `batch` prompts at temperature 1."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from grpo_jax import models, sampling  # pylint: disable=g-import-not-at-top
+def smollm2():
+  """(config, params, prompt ids) of the embedded SmolLM2 and one chat prompt."""
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
   config, params, tokenizer = models.load("smollm2-135m-instruct")
   ids = tokenizer.apply_chat_template(
       [{"role": "user", "content": "What is 12 times 7?"}],
       add_generation_prompt=True, tokenize=True)
   ids = ids["input_ids"] if not isinstance(ids, list) else ids
-  tokens, mask = sampling.pad_prompts([list(ids)] * batch)
+  return config, params, list(ids)
+
+
+def decode_case(config, params, prompt_ids, batch: int, new_tokens: int):
+  """(fn, args) sampling `new_tokens` after `prompt_ids` for `batch` rows at
+  temperature 1, EOS ignored."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import sampling  # pylint: disable=g-import-not-at-top
+  tokens, mask = sampling.pad_prompts([list(prompt_ids)] * batch)
   fn = jax.jit(lambda params, tokens, mask, key: sampling.sample(
       params, config, tokens, mask, key, max_new_tokens=new_tokens,
       temperature=1.0, eos_ids=()))
   return fn, (params, tokens, mask, jax.random.key(0))
 
 
-def update_case(num_prompts: int, group: int, prompt_len: int,
-                new_tokens: int):
-  """(fn, args): one `update.make_update_fn` step on a synthetic batch."""
+def update_case(config, params, num_prompts: int, group: int,
+                prompt_len: int, new_tokens: int):
+  """(fn, args): one `update.make_update_fn` step (AdamW, token_mean PPO
+  clip) on a synthetic batch of P x G rows of prompt_len + new_tokens."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
-  from grpo_jax import models, objectives, train, update  # pylint: disable=g-import-not-at-top
-  config, params, _ = models.load("smollm2-135m-instruct")
+  from grpo_jax import objectives, train, update  # pylint: disable=g-import-not-at-top
   n, s = num_prompts * group, prompt_len + new_tokens
   rng = np.random.default_rng(0)
-  prompts = np.repeat(rng.integers(1, 1000, (num_prompts, prompt_len)),
+  high = min(1000, config.vocab_size)
+  prompts = np.repeat(rng.integers(1, high, (num_prompts, prompt_len)),
                       group, axis=0)
   tokens = np.concatenate(
-      [prompts, rng.integers(1, 1000, (n, new_tokens))], axis=1)
+      [prompts, rng.integers(1, high, (n, new_tokens))], axis=1)
   batch = batch_lib.Batch(
       tokens=jnp.asarray(tokens, jnp.int32),
       input_mask=jnp.ones((n, s), jnp.float32),
@@ -184,13 +192,16 @@ def main(argv=None):
   args = parser.parse_args(argv)
   threads = len(os.sched_getaffinity(0))
   rows = []
+  config, params, prompt_ids = smollm2()
   for b in filter(None, args.batches.split(",")):
-    row = profile(*decode_case(int(b), args.new_tokens), threads, args.top)
+    row = profile(*decode_case(config, params, prompt_ids, int(b),
+                               args.new_tokens), threads, args.top)
     rows.append(dict(workload=f"decode, batch {b}", **row))
     print(f"# {rows[-1]}", flush=True)
   for p in filter(None, args.prompts.split(",")):
-    row = profile(*update_case(int(p), args.group, args.prompt_len,
-                               args.new_tokens), threads, args.top)
+    row = profile(*update_case(config, params, int(p), args.group,
+                               args.prompt_len, args.new_tokens),
+                  threads, args.top)
     rows.append(dict(workload=f"update, {p} x {args.group}", **row))
     print(f"# {rows[-1]}", flush=True)
   print(f"\nshares of the summed op time ({threads} threads)\n")

@@ -325,12 +325,12 @@ def make_rows(results, limits: machine.Limits, batches):
   for name in batches:
     num_prompts, num_samples = parse_batch(name)
     num_rows = num_prompts * num_samples
-    bandwidth_s = ours["weight_bytes"] / (limits.bandwidth_gb_s * 1e9)
     floor_s = machine.decode_step_floor_s(
         ours["weights"], ours["weight_bytes"], num_rows, limits)
     bound = num_rows / floor_s
     row = dict(batch=name, rows=num_rows, bound_tokens_per_s=bound,
-               binding="bandwidth" if floor_s == bandwidth_s else "matmul")
+               binding=machine.decode_binding(
+                   ours["weights"], ours["weight_bytes"], num_rows, limits))
     for framework, result in results.items():
       speed = result["tokens_per_s"][name]
       row[f"{framework}_tokens_per_s"] = speed
