@@ -14,15 +14,9 @@ prompts of a bucket. `sample` runs:
    computes the logits of that single position, and draws the next token. It
    stops when every row has produced an end-of-sequence id or after ``T`` tokens.
 
-The prefill runs the scanned `models.forward`; the decode step
-(`_decode_forward`) computes the same blocks with the layer loop unrolled
-over per-layer weights and caches sliced once before the loop (a scan inside
-the while loop would slice each layer's weights out of the stacked arrays at
-every step; measured 1.3-1.5x faster at batch 1), and keeps its activations
-feature-major, ``[D, N]``, against weights laid out ``[out, in]`` once per
-call (`_decode_weights`; measured 1.15x / 1.34x faster at 8 / 32 rows on
-SmolLM2-135M, level at 1). Tests hold it to the uncached model, token for
-token.
+The prefill and the decode step are `decoding.prefill` and
+`decoding.forward` (the same blocks as `models.forward`, laid out for one
+token per row); the draw is `draw.next_token`.
 
 Every row carries its own positions (``0..len-1`` for its real prompt tokens, then
 ``len, len+1, ...``), so left padding changes nothing but the cache slots used.
@@ -75,12 +69,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import decoding
+from grpo_jax import draw
 from grpo_jax import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sharding
 from grpo_jax.models import lora
-from grpo_jax.models import transformer
 
 # Steps of 1.5x and 2x: a prompt pads by at most a third (a prefill costs
 # FLOPs per padded position too), for twice the buckets of powers of two.
@@ -364,294 +359,6 @@ def _check_rule(rule) -> entropy_norm.TemperatureRule:
   return rule
 
 
-def _entropy_temperature(logits, temperature, rule):
-  """HAPO's ([N] temperatures of this step, [N] entropies at the rows' own
-  temperatures): the entropy of each row's ``softmax(z / tau_n)`` (greedy
-  rows at 1) normalised against the rule's statistics
-  (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
-  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
-  _, _, entropy = _softmax_parts(scaled)
-  return (entropy_norm.adaptive_temperature(entropy, temperature, rule),
-          entropy)
-
-
-def _softmax_parts(scaled):
-  """(shifted = z - max z, log sum exp(shifted), entropy) of [N, V] logits
-  `scaled`, without materialising the normalised [N, V] distribution."""
-  shifted = scaled - scaled.max(axis=-1, keepdims=True)
-  weights = jnp.exp(shifted)
-  total = weights.sum(axis=-1)
-  log_total = jnp.log(total)
-  # -sum p log p with p = weights / total: one more pass over the row.
-  return shifted, log_total, log_total - (weights * shifted).sum(-1) / total
-
-
-def _next_token(logits, key, temperature, *, greedy, top_k, top_p):
-  """Draws one token per row from [N, V] float32 logits.
-
-  Args:
-    logits: [N, V] float32.
-    key: this step's PRNG key.
-    temperature: [N] float32 row temperatures; 0 marks a greedy row.
-    greedy: static; every row greedy (no random draw).
-    top_k, top_p: static truncation, see `sample`.
-
-  Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N], entropies
-  [N]); see the module docstring.
-  """
-  with jax.named_scope("sample_token"):  # profiles file the draw under it
-    return _draw(logits, key, temperature, greedy=greedy, top_k=top_k,
-                 top_p=top_p)
-
-
-def categorical(key, logits, *, block: int = 256):
-  """One draw per row from ``softmax(logits)``, [N, V] -> [N] int32.
-
-  Inverse-CDF sampling with one uniform per row: the token is the first
-  whose cumulative probability reaches ``u ~ U(0, 1]``. The cumulative sums
-  run in two short levels, over blocks of `block` ids and then inside the
-  chosen block, so a draw costs a few passes over the row. On XLA:CPU this
-  is 6-25x cheaper than `jax.random.categorical`, which draws V Gumbel
-  variates per row (at 8 and 32 rows of SmolLM2's 49152 logits: 0.6 and 1.3
-  ms against 7.7 and 35 ms). Ids of probability 0 (``-inf`` logits) are never
-  drawn, even where float rounding leaves u past the last cumulative sum.
-  """
-  n, v = logits.shape
-  weights = jnp.exp(logits - logits.max(axis=-1, keepdims=True))
-  weights = jnp.pad(weights, ((0, 0), (0, -v % block)))
-  weights = weights.reshape(n, -1, block)
-  block_mass = weights.sum(axis=-1)  # [N, blocks]
-  block_cum = jnp.cumsum(block_mass, axis=-1)
-  u = (1.0 - jax.random.uniform(key, (n,))) * block_cum[:, -1]
-
-  def first_reaching(cumulative, mass, target):
-    """The first index of positive mass whose cumulative sum reaches
-    target; rounding can leave none: then the last of positive mass."""
-    reach = (cumulative >= target[:, None]) & (mass > 0)
-    last = mass.shape[-1] - 1 - jnp.argmax(mass[:, ::-1] > 0, axis=-1)
-    return jnp.where(reach.any(-1), jnp.argmax(reach, axis=-1), last)
-
-  chosen = first_reaching(block_cum, block_mass, u)
-  pick = lambda x, i: jnp.take_along_axis(x, i[:, None], axis=-1)[:, 0]
-  inner = jnp.take_along_axis(weights, chosen[:, None, None], axis=1)[:, 0]
-  before = pick(block_cum, chosen) - pick(block_mass, chosen)
-  within = first_reaching(jnp.cumsum(inner, axis=-1), inner, u - before)
-  return (chosen * block + within).astype(jnp.int32)
-
-
-def _draw(logits, key, temperature, *, greedy, top_k, top_p):
-  greedy_rows = temperature == 0  # [N]
-  # [N] -> [N, 1] against [N, V]; greedy rows are scored at 1.
-  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
-  # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
-  # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
-  shifted, log_total, entropies = _softmax_parts(scaled)
-  if greedy:
-    tokens = jnp.argmax(logits, axis=-1)
-    truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
-  elif top_k is None and top_p is None:
-    tokens = categorical(key, scaled)
-    truncated_logprobs = None
-  else:
-    # Sorted candidates: the k largest, or the whole vocabulary for top-p only.
-    values, indices = jax.lax.top_k(scaled, top_k or scaled.shape[-1])
-    if top_p is not None:
-      probs = jax.nn.softmax(values, axis=-1)
-      # Keep a candidate while the mass strictly before it is below top_p; the
-      # first candidate is always kept.
-      mass_before = jnp.cumsum(probs, axis=-1) - probs
-      values = jnp.where(mass_before < top_p, values, -jnp.inf)
-    choice = categorical(key, values)
-    tokens = jnp.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
-    truncated_logprobs = (
-        jnp.take_along_axis(values, choice[:, None], axis=-1)[:, 0]
-        - jax.nn.logsumexp(values, axis=-1))
-  if not greedy:
-    # Greedy rows among sampled ones: argmax, from a point mass.
-    tokens = jnp.where(greedy_rows, jnp.argmax(logits, axis=-1), tokens)
-  tempered_logprobs = (
-      jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0] - log_total)
-  if truncated_logprobs is None:
-    truncated_logprobs = tempered_logprobs
-  if not greedy:
-    truncated_logprobs = jnp.where(greedy_rows, 0.0, truncated_logprobs)
-  return (tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs,
-          entropies)
-
-
-def _split_layers(tree, num_layers):
-  """A tree stacked on a leading layer axis -> a tuple of per-layer trees."""
-  return tuple(jax.tree.map(lambda x, i=i: x[i], tree)
-               for i in range(num_layers))
-
-
-def _decode_weights(params, config):
-  """Per-layer weights for `_decode_forward`, sliced and laid out once.
-
-  Matrices become [out, in] (the [in, out] params transposed): the decode
-  step keeps its activations feature-major, [D, N], and XLA's CPU dots run
-  ``W [out, in] @ x [in, N]`` at 8-32 rows 1.3-1.9x faster than ``x [N, in]
-  @ W [in, out]`` (`experiments/benchmarks/profile.py` has the breakdown).
-  """
-  dtype = config.compute_dtype
-  transpose = lambda w: w.astype(dtype).T
-  layers = _split_layers(params["layers"], config.num_layers)
-  return tuple(
-      dict(layer,
-           attn={name: (transpose(w) if w.ndim == 2 else w)
-                 for name, w in layer["attn"].items()},
-           mlp={name: transpose(w) for name, w in layer["mlp"].items()})
-      for layer in layers)
-
-
-def _rope_columns(x, cos, sin):
-  """`transformer.apply_rope` on [heads, hd, N] with cos, sin [hd, N]."""
-  half = x.shape[1] // 2
-  rotated = jnp.concatenate([-x[:, half:], x[:, :half]], axis=1)
-  return x * cos[None].astype(x.dtype) + rotated * sin[None].astype(x.dtype)
-
-
-def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
-  """`transformer.Block` for one new token per row, feature-major.
-
-  Args:
-    w: one layer of `_decode_weights`.
-    x: [D, N] residual stream.
-    cache: (keys [N, K, hd, L], values [N, K, L, hd]), the layouts the
-      attention's batched dots read without a transposing copy of the whole
-      cache each step; the new key/value goes to slot `cache_index`.
-    cos, sin: [hd, N] rotary tables of each row's position.
-    attention_mask: [N, L] bool.
-
-  Returns:
-    (x [D, N], new cache).
-  """
-  cfg = config
-  h_, k_, hd, n = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x.shape[1]
-  attn = w["attn"]
-  h = transformer.rms_norm(x, w["attn_norm"], cfg.rms_norm_eps, axis=0)
-
-  def project(name, heads):
-    y = attn[name] @ h
-    if cfg.qkv_bias:
-      y = y + attn[f"{name}_bias"][:, None].astype(y.dtype)
-    y = y.reshape(heads, hd, n)
-    if cfg.qk_norm and name != "v":
-      y = transformer.rms_norm(y, attn[f"{name}_norm"], cfg.rms_norm_eps,
-                               axis=1)
-    return sharding.constrain(y, sharding.HEAD_COLUMNS)
-
-  # The model's module names, so that profiles file these ops alike.
-  with jax.named_scope("attn"):
-    q, key, value = project("q", h_), project("k", k_), project("v", k_)
-    q, key = _rope_columns(q, cos, sin), _rope_columns(key, cos, sin)
-    cache_k, cache_v = cache
-    zero, index = jnp.int32(0), jnp.asarray(cache_index, jnp.int32)
-    # [heads, hd, N] -> a key column [N, heads, hd, 1] and a value row
-    # [N, heads, 1, hd], written in place at slot `cache_index`.
-    columns = lambda y: jnp.transpose(y, (2, 0, 1)).astype(cache_k.dtype)
-    cache = sharding.constrain(
-        (jax.lax.dynamic_update_slice(cache_k, columns(key)[..., None],
-                                      (zero, zero, zero, index)),
-         jax.lax.dynamic_update_slice(cache_v, columns(value)[:, :, None],
-                                      (zero, zero, index, zero))),
-        sharding.DECODE_CACHE)
-    keys, values = (c.astype(x.dtype) for c in cache)
-    groups = h_ // k_
-    # Rows lead in both dots, as in the cache: with the columns' [k, g, d,
-    # n] order on either side, XLA transposed the whole cache at each step
-    # instead of these small per-token arrays.
-    q = jnp.transpose(q.reshape(k_, groups, hd, n), (3, 0, 1, 2))
-    scores = jnp.einsum("nkgd,nkdl->nkgl", q, keys,
-                        preferred_element_type=jnp.float32) * (hd ** -0.5)
-    probs = transformer.masked_softmax(scores,
-                                       attention_mask[:, None, None, :])
-    out = jnp.einsum("nkgl,nkld->nkgd", probs.astype(x.dtype), values)
-    out = jnp.transpose(out, (1, 2, 3, 0))
-    x = x + attn["o"] @ out.reshape(h_ * hd, n)
-  x = sharding.constrain(x, sharding.COLUMNS)
-  mlp = w["mlp"]
-  h = transformer.rms_norm(x, w["mlp_norm"], cfg.rms_norm_eps, axis=0)
-  hidden = sharding.constrain(
-      jax.nn.silu(mlp["gate"] @ h) * (mlp["up"] @ h), sharding.MLP_COLUMNS)
-  x = sharding.constrain(x + mlp["down"] @ hidden, sharding.COLUMNS)
-  return x, cache
-
-
-def _decode_forward(params, layers, config, tokens, positions, attention_mask,
-                    caches, cache_index):
-  """`models.forward` for one new token per row: same blocks and numerics,
-  the layer loop unrolled, activations feature-major ([D, N]).
-
-  Inside the decode loop a scan would slice every layer's weights out of
-  the stacked arrays at each step; with per-layer weights (`layers`, laid
-  out once before the loop) and per-layer caches each step reads the
-  weights in place and updates each cache in place.
-
-  Args:
-    params: the model params (embedding and final norm are read).
-    layers: `_decode_weights(params, config)`.
-    config: the ModelConfig.
-    tokens: [N] int32.
-    positions: [N] int32.
-    attention_mask: [N, L] bool.
-    caches: tuple over layers of (k [N, K, hd, L], v [N, K, L, hd]).
-    cache_index: int32 scalar, the slot written.
-
-  Returns:
-    (hidden [N, D], new caches).
-  """
-  x = transformer.embed_tokens(params["embed"], tokens[:, None],
-                               config.compute_dtype)[:, 0].T
-  x = sharding.constrain(x, sharding.COLUMNS)
-  cos, sin = transformer.rope_cos_sin(positions[:, None], config.head_dim,
-                                      config.rope_theta)
-  cos, sin = cos[:, 0].T, sin[:, 0].T  # [hd, N]
-  new_caches = []
-  for layer, cache in zip(layers, caches):
-    x, cache = _decode_layer(config, layer, x, cache, cos, sin,
-                             attention_mask, cache_index)
-    new_caches.append(cache)
-  hidden = transformer.rms_norm(x, params["final_norm"], config.rms_norm_eps,
-                                axis=0)
-  return hidden.T, tuple(new_caches)
-
-
-def _last_logits(hidden, unembedding):
-  """[N, D] hidden states -> [N, V] float32 logits of that one position."""
-  return logprobs_lib.project_logits(hidden, unembedding)
-
-
-def _prefill(params, config, prompt_tokens, prompt_mask, prompt_slots,
-             unembedding):
-  """Writes the prompts into a fresh cache; returns (cache, next logits).
-
-  Slot j of the cache holds prompt column j (then new token j - Sp).
-
-  Args:
-    prompt_tokens: [P, Sp] int32, left-padded.
-    prompt_mask: [P, Sp] bool.
-    prompt_slots: [P, L] bool, `prompt_mask` padded with False to L.
-
-  Returns:
-    (models.KVCache, each [layers, P, L, K, hd]; logits [P, V] float32 of the
-    token after each prompt).
-  """
-  num_prompts, prompt_length = prompt_tokens.shape
-  cache_length = prompt_slots.shape[1]
-  positions = models.positions_from_mask(prompt_mask)
-  slots = jnp.arange(cache_length)[None, :]
-  queries = jnp.arange(prompt_length)[:, None]
-  # A padding query attends to itself only, so its (unused) cache entry stays
-  # finite; real queries attend to real earlier slots.
-  attention_mask = (((slots <= queries)[None] & prompt_slots[:, None, :])
-                    | (slots == queries)[None])
-  cache = models.init_cache(config, num_prompts, cache_length)
-  hidden, cache = models.forward(params, config, prompt_tokens, positions,
-                                 attention_mask, cache=cache, cache_index=0)
-  return cache, _last_logits(hidden[:, -1], unembedding)
-
-
 @functools.partial(
     jax.jit, static_argnames=("config", "num_samples", "max_new_tokens",
                               "top_k", "top_p", "greedy", "eos_ids", "pad_id",
@@ -677,7 +384,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
   unembedding = models.unembedding(params, config)
 
   prompt_slots = jnp.pad(prompt_mask, ((0, 0), (0, max_new_tokens)))  # [P, L]
-  cache, logits = _prefill(params, config, prompt_tokens, prompt_mask,
+  cache, logits = decoding.prefill(params, config, prompt_tokens, prompt_mask,
                            prompt_slots, unembedding)
 
   slots = jnp.arange(cache_length)
@@ -688,17 +395,17 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
       return jnp.take(x, jnp.maximum(row_prompt, 0), axis=axis)
     return jnp.repeat(x, num_samples, axis=axis)
   # Per-layer caches and weights for the unrolled decode step, the cache
-  # laid out once for its attention dots (`_decode_layer`): the prefill's
+  # laid out once for its attention dots (`decoding.forward`): the prefill's
   # [layers, P, L, K, hd] -> keys [N, K, hd, L] and values [N, K, L, hd].
   # Left [N, L, K, hd], XLA transposed all of it at every step.
   keys = jnp.transpose(repeat(cache.k, axis=1), (0, 1, 3, 4, 2))
   values = jnp.transpose(repeat(cache.v, axis=1), (0, 1, 3, 2, 4))
-  cache = tuple(zip(_split_layers(keys, config.num_layers),
-                    _split_layers(values, config.num_layers)))
+  cache = tuple(zip(decoding.split_layers(keys, config.num_layers),
+                    decoding.split_layers(values, config.num_layers)))
   # Under a mesh the N rows (and kv heads) are split from here on; the
   # decode step's own constraints keep the loop's cache split the same way.
   cache = sharding.constrain(cache, sharding.DECODE_CACHE)
-  layers = _decode_weights(params, config)
+  layers = decoding.weights(params, config)
   logits = repeat(logits)
   row_lengths = repeat(prompt_mask.sum(-1).astype(jnp.int32))  # [N]
   row_slots = repeat(prompt_slots)  # [N, L]
@@ -708,9 +415,9 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     """Draws the token of `step` from `logits` and writes it into the state."""
     tau = temperature  # [N]; HAPO's rule gives each token its own
     if temperature_rule is not None:
-      tau, base_entropy = _entropy_temperature(logits, temperature,
+      tau, base_entropy = draw.entropy_temperature(logits, temperature,
                                                temperature_rule)
-    tokens, logprobs, tempered, entropies = _next_token(
+    tokens, logprobs, tempered, entropies = draw.next_token(
         logits, jax.random.fold_in(key, step), tau, greedy=greedy,
         top_k=top_k, top_p=top_p)
     live = ~state.done
@@ -750,11 +457,11 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     slot = prompt_length + step - 1  # where the last drawn token goes
     attention_mask = (row_slots | (slots[None, :] >= prompt_length)) & (
         slots[None, :] <= slot)
-    hidden, cache = _decode_forward(
+    hidden, cache = decoding.forward(
         params, layers, config, state.last_tokens, row_lengths + step - 1,
         attention_mask, state.cache, slot)
     state = state._replace(cache=cache)
-    return record(state, step, _last_logits(hidden, unembedding))
+    return record(state, step, decoding.last_logits(hidden, unembedding))
 
   empty = jnp.zeros((num_rows, max_new_tokens), jnp.float32)
   state = DecodeState(

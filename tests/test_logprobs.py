@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
+from grpo_jax import draw
 from grpo_jax import logprobs
-from grpo_jax import sampling
 from grpo_jax import testing
 
 N, T, D, V = 3, 5, 8, 37  # N*T = 15 rows: most chunk sizes leave a remainder.
@@ -154,7 +154,7 @@ def test_jit_matches_eager():
 @pytest.mark.parametrize("temperature", [
     0.6, 1.0, np.array([0.6, 0.0, 1.7], np.float32)])
 def test_sampler_step_scores_as_token_logprobs(temperature):
-  """What the sampler records at one decode step (`sampling._next_token` on
+  """What the sampler records at one decode step (`draw.next_token` on
   `project_logits` of a hidden state, as `_sample` calls it) equals
   `token_logprobs` of the same hidden state and the drawn token, at the same
   temperature (per row; a greedy row 0 at 1). bf16 inputs, float32 maths."""
@@ -162,7 +162,7 @@ def test_sampler_step_scores_as_token_logprobs(temperature):
   logits = logprobs.project_logits(hidden[:, 0], unembedding)  # [N, V]
   assert logits.dtype == jnp.float32
   rows = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (N,))
-  tokens, drawn, tempered, entropy = sampling._next_token(  # pylint: disable=protected-access
+  tokens, drawn, tempered, entropy = draw.next_token(
       logits, jax.random.key(0), rows, greedy=False, top_k=None, top_p=None)
   got = logprobs.token_logprobs(hidden, unembedding, tokens[:, None],
                                 temperature=temperature)

@@ -1,13 +1,14 @@
 """Tests for grpo_jax.sampling: cache exactness, log-probs, EOS, groups, jit."""
 
 import functools
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from grpo_jax import decoding
+from grpo_jax import draw
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sampling
@@ -263,8 +264,8 @@ def test_groups_prefill_once_and_repeat_prompt_major(model, monkeypatch):
     return wrapped
 
   monkeypatch.setattr(models, "forward", recording("prefill", models.forward))
-  monkeypatch.setattr(sampling, "_decode_forward",
-                      recording("decode", sampling._decode_forward))  # pylint: disable=protected-access
+  monkeypatch.setattr(decoding, "forward",
+                      recording("decode", decoding.forward))
   # Bucket 16: a shape no other test uses, so the sampler is traced here.
   prompts = sampling.pad_prompts(PROMPTS, buckets=(16,))
   groups = 3
@@ -526,7 +527,7 @@ def test_categorical_draws_the_softmax_distribution(block):
   logits = np.where(probs > 0, np.log(np.maximum(probs, 1e-30)), -np.inf)
   rows = 40000
   draws = np.asarray(jax.jit(functools.partial(
-      sampling.categorical, block=block))(
+      draw.categorical, block=block))(
           jax.random.key(3), jnp.asarray(np.tile(logits, (rows, 1)),
                                          jnp.float32)))
   counts = np.bincount(draws, minlength=len(probs)) / rows
@@ -538,5 +539,5 @@ def test_categorical_draws_the_softmax_distribution(block):
   one_hot = jnp.full((3, 600), -jnp.inf).at[jnp.arange(3),
                                             jnp.array([0, 299, 599])].set(0.0)
   np.testing.assert_array_equal(
-      sampling.categorical(jax.random.key(0), one_hot, block=block),
+      draw.categorical(jax.random.key(0), one_hot, block=block),
       [0, 299, 599])

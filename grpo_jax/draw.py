@@ -1,0 +1,130 @@
+"""Drawing one token per row from the decode step's logits.
+
+`next_token` is what the sampler calls at every step: the draw (greedy,
+plain, or over the top-k / top-p set), the log-prob of the token under the
+distribution sampled from and under the plain tempered one, and the row's
+entropy (see `sampling`'s docstring for the two log-probs). `categorical`
+is the plain draw: inverse-CDF sampling with one uniform per row.
+`entropy_temperature` is HAPO's per-token temperature.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax import entropy_norm
+from grpo_jax import logprobs as logprobs_lib
+
+
+def entropy_temperature(logits, temperature, rule):
+  """HAPO's ([N] temperatures of this step, [N] entropies at the rows' own
+  temperatures): the entropy of each row's ``softmax(z / tau_n)`` (greedy
+  rows at 1) normalised against the rule's statistics
+  (`entropy_norm.adaptive_temperature`); greedy rows stay 0."""
+  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
+  _, _, entropy = _softmax_parts(scaled)
+  return (entropy_norm.adaptive_temperature(entropy, temperature, rule),
+          entropy)
+
+
+def _softmax_parts(scaled):
+  """(shifted = z - max z, log sum exp(shifted), entropy) of [N, V] logits
+  `scaled`, without materialising the normalised [N, V] distribution."""
+  shifted = scaled - scaled.max(axis=-1, keepdims=True)
+  weights = jnp.exp(shifted)
+  total = weights.sum(axis=-1)
+  log_total = jnp.log(total)
+  # -sum p log p with p = weights / total: one more pass over the row.
+  return shifted, log_total, log_total - (weights * shifted).sum(-1) / total
+
+
+def next_token(logits, key, temperature, *, greedy, top_k, top_p):
+  """Draws one token per row from [N, V] float32 logits.
+
+  Args:
+    logits: [N, V] float32.
+    key: this step's PRNG key.
+    temperature: [N] float32 row temperatures; 0 marks a greedy row.
+    greedy: static; every row greedy (no random draw).
+    top_k, top_p: static truncation, see `sample`.
+
+  Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N], entropies
+  [N]); see the module docstring.
+  """
+  with jax.named_scope("sample_token"):  # profiles file the draw under it
+    return _draw(logits, key, temperature, greedy=greedy, top_k=top_k,
+                 top_p=top_p)
+
+
+def categorical(key, logits, *, block: int = 256):
+  """One draw per row from ``softmax(logits)``, [N, V] -> [N] int32.
+
+  Inverse-CDF sampling with one uniform per row: the token is the first
+  whose cumulative probability reaches ``u ~ U(0, 1]``. The cumulative sums
+  run in two short levels, over blocks of `block` ids and then inside the
+  chosen block, so a draw costs a few passes over the row. On XLA:CPU this
+  is 6-25x cheaper than `jax.random.categorical`, which draws V Gumbel
+  variates per row (at 8 and 32 rows of SmolLM2's 49152 logits: 0.6 and 1.3
+  ms against 7.7 and 35 ms). Ids of probability 0 (``-inf`` logits) are never
+  drawn, even where float rounding leaves u past the last cumulative sum.
+  """
+  n, v = logits.shape
+  weights = jnp.exp(logits - logits.max(axis=-1, keepdims=True))
+  weights = jnp.pad(weights, ((0, 0), (0, -v % block)))
+  weights = weights.reshape(n, -1, block)
+  block_mass = weights.sum(axis=-1)  # [N, blocks]
+  block_cum = jnp.cumsum(block_mass, axis=-1)
+  u = (1.0 - jax.random.uniform(key, (n,))) * block_cum[:, -1]
+
+  def first_reaching(cumulative, mass, target):
+    """The first index of positive mass whose cumulative sum reaches
+    target; rounding can leave none: then the last of positive mass."""
+    reach = (cumulative >= target[:, None]) & (mass > 0)
+    last = mass.shape[-1] - 1 - jnp.argmax(mass[:, ::-1] > 0, axis=-1)
+    return jnp.where(reach.any(-1), jnp.argmax(reach, axis=-1), last)
+
+  chosen = first_reaching(block_cum, block_mass, u)
+  pick = lambda x, i: jnp.take_along_axis(x, i[:, None], axis=-1)[:, 0]
+  inner = jnp.take_along_axis(weights, chosen[:, None, None], axis=1)[:, 0]
+  before = pick(block_cum, chosen) - pick(block_mass, chosen)
+  within = first_reaching(jnp.cumsum(inner, axis=-1), inner, u - before)
+  return (chosen * block + within).astype(jnp.int32)
+
+
+def _draw(logits, key, temperature, *, greedy, top_k, top_p):
+  greedy_rows = temperature == 0  # [N]
+  # [N] -> [N, 1] against [N, V]; greedy rows are scored at 1.
+  scaled = logits / logprobs_lib.scoring_temperature(temperature)[:, None]
+  # log_softmax(scaled)[y] without materialising the normalised [N, V] array,
+  # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
+  shifted, log_total, entropies = _softmax_parts(scaled)
+  if greedy:
+    tokens = jnp.argmax(logits, axis=-1)
+    truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
+  elif top_k is None and top_p is None:
+    tokens = categorical(key, scaled)
+    truncated_logprobs = None
+  else:
+    # Sorted candidates: the k largest, or the whole vocabulary for top-p only.
+    values, indices = jax.lax.top_k(scaled, top_k or scaled.shape[-1])
+    if top_p is not None:
+      probs = jax.nn.softmax(values, axis=-1)
+      # Keep a candidate while the mass strictly before it is below top_p; the
+      # first candidate is always kept.
+      mass_before = jnp.cumsum(probs, axis=-1) - probs
+      values = jnp.where(mass_before < top_p, values, -jnp.inf)
+    choice = categorical(key, values)
+    tokens = jnp.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
+    truncated_logprobs = (
+        jnp.take_along_axis(values, choice[:, None], axis=-1)[:, 0]
+        - jax.nn.logsumexp(values, axis=-1))
+  if not greedy:
+    # Greedy rows among sampled ones: argmax, from a point mass.
+    tokens = jnp.where(greedy_rows, jnp.argmax(logits, axis=-1), tokens)
+  tempered_logprobs = (
+      jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0] - log_total)
+  if truncated_logprobs is None:
+    truncated_logprobs = tempered_logprobs
+  if not greedy:
+    truncated_logprobs = jnp.where(greedy_rows, 0.0, truncated_logprobs)
+  return (tokens.astype(jnp.int32), truncated_logprobs, tempered_logprobs,
+          entropies)
