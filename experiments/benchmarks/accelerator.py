@@ -64,7 +64,7 @@ def decode_rows(config, params, args, limits):
   for batch in args.batches:
     fn, fn_args = profile.decode_case(config, params, prompt, batch,
                                       args.new_tokens)
-    seconds = machine.best_seconds(fn, *fn_args, repeats=args.repeats)
+    seconds = machine.best_jax_seconds(fn, *fn_args, repeats=args.repeats)
     floor = (weights, weight_bytes, batch, limits)
     rows.append(row(config.dtype, f"decode, batch {batch}", seconds,
                     batch * args.new_tokens,
@@ -79,7 +79,7 @@ def update_rows(config, params, args, limits):
   for prompts in args.prompts:
     fn, fn_args = profile.update_case(config, params, prompts, args.group,
                                       args.prompt_len, args.new_tokens)
-    seconds = machine.best_seconds(fn, *fn_args, repeats=args.repeats)
+    seconds = machine.best_jax_seconds(fn, *fn_args, repeats=args.repeats)
     tokens = prompts * args.group * (args.prompt_len + args.new_tokens)
     rows.append(row(config.dtype, f"update, {prompts} x {args.group}",
                     seconds, tokens,

@@ -36,16 +36,22 @@ class Limits(NamedTuple):
   bandwidth_gb_s: float  # copy bandwidth (read + write)
 
 
-def best_seconds(fn, *args, repeats: int) -> float:
-  """Fastest of `repeats` warm calls of `fn(*args)`, to the last result."""
-  import jax  # pylint: disable=g-import-not-at-top
-  jax.block_until_ready(fn(*args))  # compile
+def best_seconds(run, repeats: int) -> float:
+  """Fastest of `repeats` calls of `run()` after a warm-up call (compile,
+  allocate); `run` waits for its own results."""
+  run()
   best = float("inf")
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
+    run()
     best = min(best, time.perf_counter() - start)
   return best
+
+
+def best_jax_seconds(fn, *args, repeats: int) -> float:
+  """`best_seconds` of `fn(*args)`, up to its last result."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return best_seconds(lambda: jax.block_until_ready(fn(*args)), repeats)
 
 
 def matmul_gflop_s(size=2048, repeats=5, dtype="float32") -> float:
@@ -55,7 +61,7 @@ def matmul_gflop_s(size=2048, repeats=5, dtype="float32") -> float:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   keys = jax.random.split(jax.random.key(0))
   a, b = (jax.random.normal(k, (size, size), dtype) for k in keys)
-  return 2 * size**3 / best_seconds(jax.jit(jnp.matmul), a, b,
+  return 2 * size**3 / best_jax_seconds(jax.jit(jnp.matmul), a, b,
                                     repeats=repeats) / 1e9
 
 
@@ -63,12 +69,8 @@ def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
   """Best copy bandwidth in GB/s, counting the bytes read and written."""
   src = np.ones(num_bytes // 8, np.float64)
   dst = np.empty_like(src)
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    np.copyto(dst, src)
-    best = min(best, time.perf_counter() - start)
-  return 2 * src.nbytes / best / 1e9
+  return 2 * src.nbytes / best_seconds(lambda: np.copyto(dst, src),
+                                       repeats) / 1e9
 
 
 def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
@@ -77,7 +79,7 @@ def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   x = jnp.zeros((num_bytes // 4,), jnp.float32)
-  return 2 * x.nbytes / best_seconds(jax.jit(lambda x: x + 1), x,
+  return 2 * x.nbytes / best_jax_seconds(jax.jit(lambda x: x + 1), x,
                                      repeats=repeats) / 1e9
 
 

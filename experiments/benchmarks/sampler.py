@@ -41,7 +41,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
 
@@ -87,16 +86,6 @@ def prompt_ids(tokenizer, count):
       ids = ids["input_ids"]
     prompts.append([int(i) for i in ids])
   return prompts
-
-
-def best_time(fn, repeats):
-  fn()  # warm up: compile / allocate
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - start)
-  return best
 
 
 # ------------------------------------------------------------------ grpo_jax
@@ -295,7 +284,7 @@ def run_worker(framework, batches, repeats) -> dict:
       run = tunix_runner(tunix, tokenizer, prompts, tokens.shape[1],
                          num_samples)
     new_tokens = num_prompts * num_samples * NEW_TOKENS
-    result["tokens_per_s"][name] = new_tokens / best_time(run, repeats)
+    result["tokens_per_s"][name] = new_tokens / machine.best_seconds(run, repeats)
     print(f"# {LABELS[framework]} {name}: "
           f"{result['tokens_per_s'][name]:.1f} tokens/s", flush=True)
   return result
