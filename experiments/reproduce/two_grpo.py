@@ -14,8 +14,8 @@ Scale-down: the paper trains 1.5B-7B models for hundreds of steps on
 MATH-scale data with 16 rollouts on each of many prompts; here one prompt
 per step for the 16-rollout arm, so that an arm costs minutes.
 
-Command (3 seeds; about 75 minutes on this 2-core CPU, the 16-rollout
-arms 8-10 minutes a run, the 2-rollout one 3):
+Command (3 seeds; about 45 minutes on this 2-core CPU, the 16-rollout
+arms 5-6 minutes a run, the 2-rollout one 3):
   python -m experiments.reproduce.two_grpo
 
 Read: held-out greedy accuracy after 40 steps and the sampled accuracy
@@ -32,8 +32,14 @@ ARMS = (
     runner.Arm("two_grpo_8x2", "two_grpo", {"rollout.num_prompts": 8,
                                             "rollout.num_generations": 2}),
 )
-COLUMNS = ("heldout", "accuracy_last10", "rollouts", "nonzero_share",
-           "collapse", "length_last5")
+COLUMNS = ("heldout", "accuracy_last10", "rollouts", "train_s",
+           "nonzero_share", "collapse", "length_last5")
+PANELS = (
+    ("sampled accuracy", "accuracy"),
+    ("held-out greedy accuracy", "eval/greedy_accuracy"),
+    ("nonzero-gradient share", "rollout/nonzero_gradient_share"),
+    ("entropy", "entropy"),
+)
 
 if __name__ == "__main__":
-  runner.main("two_grpo", ARMS, COLUMNS)
+  runner.main("two_grpo", ARMS, COLUMNS, PANELS)
