@@ -148,17 +148,19 @@ def test_the_table_gives_mean_and_sample_deviation_per_arm():
   deviation sqrt(0.02) = 0.141; sampled accuracy over the last 10 of 12
   steps; an unmeasured column is a dash."""
   def records(heldout):
-    steps = [dict(step=s, accuracy=float(s >= 2), **{"reward/scored": 8})
-             for s in range(12)]
+    steps = [dict(step=s, accuracy=float(s >= 2),
+                  **{"reward/scored": 8, "time/rollout_s": 1.5,
+                     "time/update_s": 0.5}) for s in range(12)]
     steps[-1]["eval/greedy_accuracy"] = heldout
     return steps
   summary = runner.summarize([records(0.5), records(0.7)],
                              ("heldout", "accuracy_last10", "rollouts",
-                              "clip_fraction"))
+                              "train_s", "clip_fraction"))
   assert summary["heldout"][0] == pytest.approx(0.6)
   assert summary["heldout"][1] == pytest.approx(0.02 ** 0.5)
   assert summary["accuracy_last10"] == (1.0, 0.0, 2)
   assert summary["rollouts"][0] == 96
+  assert summary["train_s"] == (24.0, 0.0, 2)  # 12 steps of 1.5 + 0.5 s
   assert summary["clip_fraction"] == (None, None, 0)
   table = runner.markdown({"grpo": summary}, ("heldout", "clip_fraction"),
                           {"grpo": [0, 1]})
