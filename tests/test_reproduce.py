@@ -143,6 +143,10 @@ def test_runs_differing_only_in_seed_share_a_line(tmp_path):
     runs.runs_by_config([str(tmp_path / "nothing")])
 
 
+def test_no_column_header_breaks_a_markdown_table():
+  assert not [c.header for c in runner.COLUMNS.values() if "|" in c.header]
+
+
 def test_the_table_gives_mean_and_sample_deviation_per_arm():
   """Held-out accuracy 0.5 and 0.7 over two seeds: mean 0.6, sample
   deviation sqrt(0.02) = 0.141; sampled accuracy over the last 10 of 12

@@ -177,7 +177,7 @@ COLUMNS: Mapping[str, Column] = {
     "entropy_last10": Column("entropy, last 10 steps",
                              lambda rs: _mean(rs, "entropy", last=10)),
     "grad_norm": Column("gradient norm", lambda rs: _mean(rs, "grad_norm")),
-    "abs_advantage": Column("mean |advantage|",
+    "abs_advantage": Column("mean absolute advantage",
                             lambda rs: _mean(rs, "advantage/abs_mean")),
 }
 
