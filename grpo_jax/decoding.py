@@ -7,8 +7,8 @@ over per-layer weights and caches sliced once before the loop (a scan
 inside the sampler's while loop would slice each layer's weights out of the
 stacked arrays at every step; measured 1.3-1.5x faster at batch 1), and
 keeps its activations feature-major, ``[D, N]``, against weights laid out
-``[out, in]`` once per call (`weights`; measured 1.15x / 1.34x faster at 8
-/ 32 rows on SmolLM2-135M, level at 1). Tests hold it to the uncached
+``[out, in]`` once per call (`weights` says why; 1.15x / 1.34x faster at
+8 / 32 rows on SmolLM2-135M, level at 1). Tests hold it to the uncached
 model, token for token (tests/test_sampling.py).
 """
 
@@ -121,14 +121,11 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
 
 
 def forward(params, layers, config, tokens, positions, attention_mask,
-                    caches, cache_index):
+            caches, cache_index):
   """`models.forward` for one new token per row: same blocks and numerics,
-  the layer loop unrolled, activations feature-major ([D, N]).
-
-  Inside the decode loop a scan would slice every layer's weights out of
-  the stacked arrays at each step; with per-layer weights (`layers`, laid
-  out once before the loop) and per-layer caches each step reads the
-  weights in place and updates each cache in place.
+  the layer loop unrolled over per-layer weights and caches (the module
+  docstring says why), activations feature-major ([D, N]); each cache is
+  updated in place.
 
   Args:
     params: the model params (embedding and final norm are read).
@@ -165,7 +162,7 @@ def last_logits(hidden, unembedding):
 
 
 def prefill(params, config, prompt_tokens, prompt_mask, prompt_slots,
-             unembedding):
+            unembedding):
   """Writes the prompts into a fresh cache; returns (cache, next logits).
 
   Slot j of the cache holds prompt column j (then new token j - Sp).

@@ -45,7 +45,7 @@ def next_token(logits, key, temperature, *, greedy, top_k, top_p):
     key: this step's PRNG key.
     temperature: [N] float32 row temperatures; 0 marks a greedy row.
     greedy: static; every row greedy (no random draw).
-    top_k, top_p: static truncation, see `sample`.
+    top_k, top_p: static truncation, see `sampling.sample`.
 
   Returns (tokens [N] int32, logprobs [N], tempered_logprobs [N], entropies
   [N]); see the module docstring.

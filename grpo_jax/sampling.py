@@ -384,8 +384,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
   unembedding = models.unembedding(params, config)
 
   prompt_slots = jnp.pad(prompt_mask, ((0, 0), (0, max_new_tokens)))  # [P, L]
-  cache, logits = decoding.prefill(params, config, prompt_tokens, prompt_mask,
-                           prompt_slots, unembedding)
+  cache, logits = decoding.prefill(params, config, prompt_tokens,
+                                   prompt_mask, prompt_slots, unembedding)
 
   slots = jnp.arange(cache_length)
   # Groups share the prefilled prompt: rows p*G + g copy prompt p (or,
@@ -416,7 +416,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
     tau = temperature  # [N]; HAPO's rule gives each token its own
     if temperature_rule is not None:
       tau, base_entropy = draw.entropy_temperature(logits, temperature,
-                                               temperature_rule)
+                                                   temperature_rule)
     tokens, logprobs, tempered, entropies = draw.next_token(
         logits, jax.random.fold_in(key, step), tau, greedy=greedy,
         top_k=top_k, top_p=top_p)

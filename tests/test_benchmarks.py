@@ -362,7 +362,7 @@ def test_precision_benchmark_measures_both_dtypes():
 
 # -------------------------------------------------------------- accelerator
 
-_TINY_ACCELERATOR = ["--shape", "tiny", "--batches", "1,2", "--prompts", "1",
+_TINY_ACCELERATOR = ["--model", "tiny", "--batches", "1,2", "--prompts", "1",
                      "--group", "2", "--prompt_len", "4", "--new_tokens", "4",
                      "--loss_n", "2", "--loss_t", "8", "--repeats", "1"]
 
@@ -374,42 +374,56 @@ def test_accelerator_rows_against_hand_computed_floors(tmp_path, monkeypatch):
   path = tmp_path / "accelerator.json"
   accelerator.main(_TINY_ACCELERATOR + ["--json", str(path)])
   result = json.loads(path.read_text())
-  rows = {(r["dtype"], r["workload"]): r for r in result["rows"]}
+  rows = {(r["dtype"], r["workload"].split(" (")[0]): r
+          for r in result["rows"]}
   assert len(rows) == 2 * 4
-  # The tiny model (vocab 256, width 32, MLP 64, 2 layers, q 32x32, k and v
-  # 32x16, o 32x32, two norms each; tied embedding, final norm): W weights.
-  weights = 256 * 32 + 2 * (1024 + 512 + 512 + 1024 + 3 * 32 * 64 + 64) + 32
-  assert weights == 26784
-  for dtype, width in (("float32", 4), ("bfloat16", 2)):
+  # The tiny model (vocabulary 100, width 32, MLP 64, 2 layers of q 32x32,
+  # k and v 32x16, o 32x32 and two norms; the embedding tied as the output
+  # projection; a final norm): W weights, the projection's 3200 among them.
+  weights = 100 * 32 + 2 * (1024 + 512 + 512 + 1024 + 3 * 32 * 64 + 64) + 32
+  assert weights == 21792
+  # A decode step reads the layers in the compute dtype and the output
+  # projection in float32, the params' dtype.
+  step_bytes = {"float32": 4 * weights,
+                "bfloat16": 2 * (weights - 3200) + 4 * 3200}
+  for dtype in ("float32", "bfloat16"):
     decode = rows[dtype, "decode, batch 1"]
-    # 4 steps, each reading every weight once at 10 GB/s (2 W FLOPs at
-    # 100 GFLOP/s take a twentieth of that).
-    assert decode["floor_s"] == pytest.approx(4 * weights * width / 1e10)
+    # 4 steps, each reading its bytes at 10 GB/s (2 W FLOPs at 100 GFLOP/s
+    # take a tenth of that or less).
+    assert decode["floor_s"] == pytest.approx(4 * step_bytes[dtype] / 1e10)
     assert decode["binding"] == "bandwidth"
     assert decode["tokens_per_s"] == pytest.approx(4 / decode["seconds"])
+    # 1 prompt of 4 tokens, run once, and 2 completions of 4: 12 tokens.
     update = rows[dtype, "update, 1 x 2"]
-    assert update["floor_s"] == pytest.approx(6 * weights * 16 / 1e11)
+    assert update["floor_s"] == pytest.approx(6 * weights * 12 / 1e11)
     assert update["share_of_floor"] == pytest.approx(
         update["floor_s"] / update["seconds"])
     logprobs = rows[dtype, "log-probs + loss, 2 x 8"]
-    assert logprobs["floor_s"] == pytest.approx(6 * 2 * 8 * 32 * 256 / 1e11)
-    assert logprobs["peak_gib"] > 0
+    assert logprobs["floor_s"] == pytest.approx(6 * 2 * 8 * 32 * 100 / 1e11)
   assert result["limits"]["bfloat16"] == dict(matmul_gflop_s=100.0,
                                               bandwidth_gb_s=10.0)
 
 
-def test_accelerator_refuses_an_unknown_dtype():
+@pytest.mark.parametrize("argv", [["--dtypes", "float16"], ["--dtypes", ","],
+                                  ["--model", "no-such-model"]])
+def test_accelerator_refuses_bad_arguments(argv):
   from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
   with pytest.raises(SystemExit):
-    accelerator.parse_args(["--dtypes", "float16"])
+    accelerator.parse_args(argv)
+
+
+def test_device_limits_measure_in_both_dtypes():
+  assert machine.matmul_gflop_s(64, repeats=1, dtype="bfloat16") > 0
+  assert machine.device_bandwidth_gb_s(2**20, repeats=1) > 0
 
 
 @pytest.mark.real_model
-def test_accelerator_shape_is_the_embedded_models():
+def test_accelerator_model_is_the_embedded_models_shape():
   from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
   from grpo_jax import models  # pylint: disable=g-import-not-at-top
   config, _, _ = models.load("smollm2-135m-instruct")
   # The GGUF stores the norm's epsilon in float32.
-  assert accelerator.model_config("smollm2", "float32") == config.replace(
-      rms_norm_eps=1e-5)
+  assert accelerator.model_config("smollm2-135m-instruct",
+                                  "float32") == config.replace(
+                                      rms_norm_eps=1e-5)
   assert config.rms_norm_eps == pytest.approx(1e-5)

@@ -2,27 +2,33 @@ r"""The benchmarks' grpo_jax side on an accelerator, in absolute figures.
 
 The peers' columns need the real weights, a tokenizer and PyTorch, which an
 accelerator machine without the network may lack. This runs grpo_jax alone,
-in one process on the default device, on random weights of the embedded
-model's shape (SmolLM2-135M: 30 layers, width 576, vocabulary 49152, tied
-embedding), once in float32 and once in bfloat16 compute over float32
-master weights, and prints for each:
+in one process on the default device, on random weights of a model's shape
+(`--model`: the embedded SmolLM2-135M by default, or any architecture under
+grpo_jax/models/architectures), once in float32 and once in bfloat16
+compute over float32 master weights, and prints for each:
 
 - the device's limits, measured in the same run: the best jitted matmul in
   that dtype (`machine.matmul_gflop_s`) and the best jitted `x + 1` over a
   large buffer (`machine.device_bandwidth_gb_s`: HBM, read + write);
 - decode: B rows x 64 new tokens after a 32-token prompt (temperature 1,
-  EOS ignored, compile excluded), against the decode floor (every weight
-  read once per step in the compute dtype, or 2 FLOPs per weight per row,
-  whichever binds): at batch 1 the share of the bandwidth bound;
+  EOS ignored, compile excluded, the prefill included), against 64 decode
+  steps' floor: every weight read once per step (the layers in the compute
+  dtype, the output projection in float32, as the sampler keeps it), or 2
+  FLOPs per weight per row, whichever binds; at batch 1 the share of the
+  bandwidth bound;
 - update: one `update.make_update_fn` step (AdamW, PPO clip, token mean) on
-  P prompts x 8 completions of 32 + 64 tokens, against 6 W FLOPs per token:
-  the share is the MFU against the measured matmul throughput;
+  P prompts x 8 completions of 32 + 64 tokens, against 6 W FLOPs per token
+  it runs (each group's prompt once, as the update does): the share is the
+  MFU against the measured matmul throughput;
 - log-probs + loss: the loss benchmark's `jax_chunked` configuration
   (`token_logprobs` + PPO clip, forward and backward, N=64 x T=1024 at the
   model's width and vocabulary) against 6 N T D V FLOPs, with XLA's peak
   memory.
 
-It runs on CPU as well (the tests run it on the `tiny` shape).
+On a GPU, float32 matmuls run as TF32 at JAX's default precision (on a TPU
+as bf16 passes), in the model and in the measured throughput alike. On a
+CPU it runs too, but slowly at the default sizes (the tests run the `tiny`
+model at small ones).
 
     python -m experiments.benchmarks.accelerator --json accelerator.json
 """
@@ -34,42 +40,56 @@ import pathlib
 from experiments.benchmarks import loss as loss_bench
 from experiments.benchmarks import machine
 from experiments.benchmarks import profile
+from grpo_jax import models
 
-# SmolLM2-135M-Instruct's config (the embedded model), weights not needed.
-SMOLLM2_135M = dict(
-    model_type="llama", vocab_size=49152, hidden_size=576,
-    intermediate_size=1536, num_layers=30, num_heads=9, num_kv_heads=3,
-    head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5,
-    tie_word_embeddings=True, max_position_embeddings=8192)
-
-
-def model_config(shape: str, dtype: str):
-  from grpo_jax import models  # pylint: disable=g-import-not-at-top
-  if shape == "tiny":
-    return models.tiny_model_config(vocab_size=256).replace(dtype=dtype)
-  return models.ModelConfig(**SMOLLM2_135M, dtype=dtype)
+# Hugging Face config.json files shipped with the package; read directly
+# rather than through `planning`, whose imports (transformers) an
+# accelerator machine may lack.
+ARCHITECTURES = pathlib.Path(models.__file__).parent / "architectures"
 
 
-def row(dtype, workload, seconds, tokens, floor_s, binding, **extra):
+def model_config(name: str, dtype: str):
+  """The ModelConfig of `tiny` or a shipped architecture, no weights."""
+  built_in = models.built_in_config(name)
+  if built_in is not None:
+    return built_in.replace(dtype=dtype)
+  path = ARCHITECTURES / f"{name}.json"
+  if not path.is_file():
+    raise SystemExit(f"--model={name!r}: neither 'tiny' nor one of "
+                     f"{sorted(p.stem for p in ARCHITECTURES.glob('*.json'))}")
+  return models.ModelConfig.from_hf(json.loads(path.read_text()), dtype=dtype)
+
+
+def row(dtype, workload, seconds, tokens, floor_s, binding):
   return dict(dtype=dtype, workload=workload, seconds=seconds,
               tokens_per_s=tokens / seconds, floor_s=floor_s,
-              binding=binding, share_of_floor=floor_s / seconds, **extra)
+              binding=binding, share_of_floor=floor_s / seconds)
+
+
+def decode_bytes(config, params) -> int:
+  """Bytes one decode step reads: the layers' weights in the compute dtype
+  (`decoding.weights` casts them once per call), the output projection
+  as stored (`models.unembedding` keeps the params' dtype)."""
+  weights, _ = machine.matmul_weights(params)
+  head = models.unembedding(params, config)
+  return (weights - head.size) * config.compute_dtype.itemsize + head.nbytes
 
 
 def decode_rows(config, params, args, limits):
   weights, _ = machine.matmul_weights(params)
-  weight_bytes = weights * config.compute_dtype.itemsize
+  floor_args = lambda batch: (weights, decode_bytes(config, params), batch,
+                              limits)
   prompt = list(range(1, args.prompt_len + 1))
   rows = []
   for batch in args.batches:
     fn, fn_args = profile.decode_case(config, params, prompt, batch,
                                       args.new_tokens)
     seconds = machine.best_jax_seconds(fn, *fn_args, repeats=args.repeats)
-    floor = (weights, weight_bytes, batch, limits)
-    rows.append(row(config.dtype, f"decode, batch {batch}", seconds,
-                    batch * args.new_tokens,
-                    args.new_tokens * machine.decode_step_floor_s(*floor),
-                    machine.decode_binding(*floor)))
+    rows.append(row(
+        config.dtype, f"decode, batch {batch}", seconds,
+        batch * args.new_tokens,
+        args.new_tokens * machine.decode_step_floor_s(*floor_args(batch)),
+        machine.decode_binding(*floor_args(batch))))
   return rows
 
 
@@ -80,44 +100,56 @@ def update_rows(config, params, args, limits):
     fn, fn_args = profile.update_case(config, params, prompts, args.group,
                                       args.prompt_len, args.new_tokens)
     seconds = machine.best_jax_seconds(fn, *fn_args, repeats=args.repeats)
-    tokens = prompts * args.group * (args.prompt_len + args.new_tokens)
+    tokens = prompts * (args.prompt_len + args.group * args.new_tokens)
     rows.append(row(config.dtype, f"update, {prompts} x {args.group}",
                     seconds, tokens,
                     machine.update_floor_s(weights, tokens, limits), "matmul"))
   return rows
 
 
-def loss_row(config, args, limits):
+def device_memory_gib():
+  """The default device's memory (GiB), None where it reports none (CPU)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  stats = jax.devices()[0].memory_stats() or {}
+  limit = stats.get("bytes_limit")
+  return None if limit is None else limit / loss_bench.GIB
+
+
+def loss_rows(config, args, limits):
   n, t, d, v = args.loss_n, args.loss_t, config.hidden_size, config.vocab_size
-  loss_args = loss_bench.parse_args(
-      ["--n", str(n), "--t", str(t), "--d", str(d), "--v", str(v),
-       "--dtype", config.dtype, "--repeats", str(args.repeats)])
-  result = loss_bench.run_jax(loss_args, "jax_chunked")
+  argv = ["--n", str(n), "--t", str(t), "--d", str(d), "--v", str(v),
+          "--dtype", config.dtype, "--repeats", str(args.repeats)]
+  if device_memory_gib() is not None:  # else the host's memory bounds it
+    argv += ["--memory-limit-gib", str(device_memory_gib())]
+  result = loss_bench.run_jax(loss_bench.parse_args(argv), "jax_chunked")
+  peak = result["peak_bytes"] / loss_bench.GIB
+  workload = f"log-probs + loss, {n} x {t} (peak {peak:.2f} GiB)"
+  if not result["fits"]:
+    print(f"# {workload}: does not fit in this device's memory; not run")
+    return []
   floor_s = 6 * n * t * d * v / (limits.matmul_gflop_s * 1e9)
-  return row(config.dtype, f"log-probs + loss, {n} x {t}", result["time_s"],
-             n * t, floor_s, "matmul",
-             peak_gib=result["peak_bytes"] / loss_bench.GIB)
+  return [row(config.dtype, workload, result["time_s"], n * t, floor_s,
+              "matmul")]
 
 
 def measure(args) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
-  from grpo_jax import models  # pylint: disable=g-import-not-at-top
   device = jax.devices()[0]
   bandwidth = machine.device_bandwidth_gb_s(args.copy_mib * 2**20,
                                             args.repeats)
-  params = models.init_params(model_config(args.shape, "float32"),
+  params = models.init_params(model_config(args.model, "float32"),
                               jax.random.key(0))
   out = dict(device=f"{device.platform} {device.device_kind}",
-             shape=args.shape, bandwidth_gb_s=bandwidth, limits={}, rows=[])
+             model=args.model, bandwidth_gb_s=bandwidth, limits={}, rows=[])
   for dtype in args.dtypes:
     limits = machine.Limits(
         machine.matmul_gflop_s(args.matmul_size, args.repeats, dtype),
         bandwidth)
     out["limits"][dtype] = limits._asdict()
-    config = model_config(args.shape, dtype)
+    config = model_config(args.model, dtype)
     rows = (decode_rows(config, params, args, limits)
             + update_rows(config, params, args, limits)
-            + [loss_row(config, args, limits)])
+            + loss_rows(config, args, limits))
     print("\n".join(f"# {r}" for r in rows), flush=True)
     out["rows"] += rows
   return out
@@ -140,9 +172,10 @@ def _ints(text):
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--shape", default="smollm2", choices=("smollm2", "tiny"))
+  p.add_argument("--model", default="smollm2-135m-instruct",
+                 help="'tiny' or an architecture's name (random weights)")
   p.add_argument("--dtypes", default="float32,bfloat16",
-                 type=lambda s: s.split(","))
+                 type=lambda s: [d for d in s.split(",") if d])
   p.add_argument("--batches", default="1,8,32", type=_ints)
   p.add_argument("--prompts", default="1,4", type=_ints,
                  help="update rows: P values of P x --group")
@@ -157,18 +190,20 @@ def parse_args(argv=None):
   p.add_argument("--json", default=None, help="write the results here")
   args = p.parse_args(argv)
   bad = [d for d in args.dtypes if d not in ("float32", "bfloat16")]
-  if bad:
-    p.error(f"--dtypes: {bad} unsupported; choose float32 and/or bfloat16")
+  if bad or not args.dtypes:
+    p.error(f"--dtypes={','.join(args.dtypes)}: choose float32 and/or "
+            "bfloat16")
+  model_config(args.model, "float32")  # an unknown name fails here
   return args
 
 
 def main(argv=None):
   args = parse_args(argv)
   result = measure(args)
-  print(f"\n{result['device']}, {args.shape} shape; device copy "
+  print(f"\n{result['device']}, {args.model} (random weights); device copy "
         f"{result['bandwidth_gb_s']:.4g} GB/s; matmul "
-        + ", ".join(f"{d} {l['matmul_gflop_s']:.4g} GFLOP/s"
-                    for d, l in result["limits"].items()) + "\n")
+        + ", ".join(f"{dtype} {limits['matmul_gflop_s']:.4g} GFLOP/s"
+                    for dtype, limits in result["limits"].items()) + "\n")
   print(table(result))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(result, indent=2))

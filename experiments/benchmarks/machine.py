@@ -1,12 +1,14 @@
 r"""This machine's limits, and the floors they put under the benchmarks.
 
 A benchmark figure means little without the hardware's own ceiling beside it,
-so the sampler and step benchmarks measure it in the same run:
+so the benchmarks measure it in the same run:
 
-- matmul throughput: the best of several jitted float32 [n, n] x [n, n]
-  products in JAX (2 n^3 FLOPs each), GFLOP/s;
-- memory bandwidth: the best of several numpy copies of a large buffer,
-  counting the bytes read and written, GB/s.
+- matmul throughput: the best of several jitted [n, n] x [n, n] products
+  in JAX on the default device (2 n^3 FLOPs each), GFLOP/s, in float32
+  unless asked for another dtype;
+- memory bandwidth: the best of several numpy copies of a large buffer
+  (host memory), or of a jitted ``x + 1`` on the default device (an
+  accelerator's HBM), counting the bytes read and written, GB/s.
 
 From these, lower bounds on the time of a model's work (attention scores,
 norms and the KV cache are left out: small beside the weight matmuls here):
@@ -32,7 +34,7 @@ import numpy as np
 
 class Limits(NamedTuple):
   """What this machine can do, as measured."""
-  matmul_gflop_s: float  # float32 matmul throughput
+  matmul_gflop_s: float  # matmul throughput (float32 unless said)
   bandwidth_gb_s: float  # copy bandwidth (read + write)
 
 
@@ -62,7 +64,7 @@ def matmul_gflop_s(size=2048, repeats=5, dtype="float32") -> float:
   keys = jax.random.split(jax.random.key(0))
   a, b = (jax.random.normal(k, (size, size), dtype) for k in keys)
   return 2 * size**3 / best_jax_seconds(jax.jit(jnp.matmul), a, b,
-                                    repeats=repeats) / 1e9
+                                        repeats=repeats) / 1e9
 
 
 def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
@@ -80,7 +82,7 @@ def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   x = jnp.zeros((num_bytes // 4,), jnp.float32)
   return 2 * x.nbytes / best_jax_seconds(jax.jit(lambda x: x + 1), x,
-                                     repeats=repeats) / 1e9
+                                         repeats=repeats) / 1e9
 
 
 def measure(matmul_size=2048, copy_bytes=512 * 2**20, repeats=5) -> Limits:

@@ -109,7 +109,7 @@ def profile(fn, args, threads: int, top: int = 0):
 
 
 def smollm2():
-  """(config, params, prompt ids) of the embedded SmolLM2 and one chat prompt."""
+  """(config, params, prompt ids): the embedded SmolLM2, one chat prompt."""
   from grpo_jax import models  # pylint: disable=g-import-not-at-top
   config, params, tokenizer = models.load("smollm2-135m-instruct")
   ids = tokenizer.apply_chat_template(

@@ -284,7 +284,8 @@ def run_worker(framework, batches, repeats) -> dict:
       run = tunix_runner(tunix, tokenizer, prompts, tokens.shape[1],
                          num_samples)
     new_tokens = num_prompts * num_samples * NEW_TOKENS
-    result["tokens_per_s"][name] = new_tokens / machine.best_seconds(run, repeats)
+    result["tokens_per_s"][name] = new_tokens / machine.best_seconds(run,
+                                                                     repeats)
     print(f"# {LABELS[framework]} {name}: "
           f"{result['tokens_per_s'][name]:.1f} tokens/s", flush=True)
   return result

@@ -14,7 +14,7 @@ Scale-down: one budget (16) instead of the paper's grid, 40 steps. The
 8x2 and 1x16 arms are claim 1's runs (`two_grpo`).
 
 Command (3 seeds; about 70 minutes on this 2-core CPU, 5-6 minutes a
-run; 33 for the six runs claim 1 does not share):
+run; 33 minutes for the six runs claim 1 does not share):
   python -m experiments.reproduce.group_size
 
 Read: the share of rows with a nonzero advantage (a group all right or

@@ -148,8 +148,9 @@ COLUMNS: Mapping[str, Column] = {
                       lambda rs: _mean(rs, runs.ACCURACY, last=1)),
     "accuracy_last10": Column("sampled accuracy, last 10 steps",
                               lambda rs: _mean(rs, "accuracy", last=10)),
-    # Sampling, scoring and updating; evaluations aside. Wall time: it
-    # counts only on a machine that ran nothing else.
+    # Sampling, scoring and updating (the first step's compilation
+    # included); evaluations aside. Wall time: it counts only on a machine
+    # that ran nothing else.
     "train_s": Column("training time (s)", lambda rs: sum(
         r["time/rollout_s"] + r["time/update_s"] for r in rs), 0),
     "rollouts": Column("rollouts scored",
