@@ -19,7 +19,8 @@ compute over float32 master weights, and prints for each:
 - update: one `update.make_update_fn` step (AdamW, PPO clip, token mean) on
   P prompts x 8 completions of 32 + 64 tokens, against 6 W FLOPs per token
   it runs (each group's prompt once, as the update does): the share is the
-  MFU against the measured matmul throughput;
+  MFU against the measured matmul throughput (in bfloat16 the output
+  projection still multiplies float32 weights, so that MFU flatters);
 - log-probs + loss: the loss benchmark's `jax_chunked` configuration
   (`token_logprobs` + PPO clip, forward and backward, N=64 x T=1024 at the
   model's width and vocabulary) against 6 N T D V FLOPs, with XLA's peak
