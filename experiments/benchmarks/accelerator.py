@@ -78,8 +78,8 @@ def decode_bytes(config, params) -> int:
 
 def decode_rows(config, params, args, limits):
   weights, _ = machine.matmul_weights(params)
-  floor_args = lambda batch: (weights, decode_bytes(config, params), batch,
-                              limits)
+  step_bytes = decode_bytes(config, params)
+  floor_args = lambda batch: (weights, step_bytes, batch, limits)
   prompt = list(range(1, args.prompt_len + 1))
   rows = []
   for batch in args.batches:
@@ -120,8 +120,9 @@ def loss_rows(config, args, limits):
   n, t, d, v = args.loss_n, args.loss_t, config.hidden_size, config.vocab_size
   argv = ["--n", str(n), "--t", str(t), "--d", str(d), "--v", str(v),
           "--dtype", config.dtype, "--repeats", str(args.repeats)]
-  if device_memory_gib() is not None:  # else the host's memory bounds it
-    argv += ["--memory-limit-gib", str(device_memory_gib())]
+  memory_gib = device_memory_gib()
+  if memory_gib is not None:  # else the host's memory bounds it
+    argv += ["--memory-limit-gib", str(memory_gib)]
   result = loss_bench.run_jax(loss_bench.parse_args(argv), "jax_chunked")
   peak = result["peak_bytes"] / loss_bench.GIB
   workload = f"log-probs + loss, {n} x {t} (peak {peak:.2f} GiB)"
