@@ -97,8 +97,8 @@ def main(argv):
   for row in rows:
     print(f"| `{row['config']}` | {row['steps']} | {row['before']:.3f} | "
           f"{row['after']:.3f} | {row['rollouts']} | "
-          f"{row['nonzero_share']:.3f} | {row['length_first']:.1f} -> "
-          f"{row['length_last']:.1f} | {shown(row['clip_fraction'])} | "
+          f"{row['nonzero_share']:.3f} | {row['length_first5']:.1f} -> "
+          f"{row['length_last5']:.1f} | {shown(row['clip_fraction'])} | "
           f"{shown(row['ratio_spread'])} |")
   if _JSON.value:
     with open(_JSON.value, "w") as f:

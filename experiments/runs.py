@@ -1,5 +1,6 @@
 """Reading finished runs: the comparison task's configs, a run's last
-held-out accuracy and summary, and several runs' curves overlaid in one
+held-out accuracy, the measures its tables are read from (`COLUMNS`, one
+run's step records -> a number), and several runs' curves overlaid in one
 plot (`overlay`). Used by `experiments.compare` and the reproductions
 (`experiments.reproduce`); no flags, so that both can import it.
 """
@@ -8,7 +9,7 @@ import importlib
 import json
 import os
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -89,33 +90,6 @@ def run_identity(config: Mapping) -> dict:
                      for b in BOOKKEEPING)}
 
 
-def run_summary(workdir: str) -> dict:
-  """What the data-strategy claims are read from, over the run's steps:
-  the rollouts it scored (``reward/scored``: a pilot's too), the mean share
-  of trained rows with a nonzero advantage
-  (``rollout/nonzero_gradient_share``; a step that trains nothing counts
-  0), the mean completion length over its first and last 5 steps, and
-  what the objective claims are read from: the mean clipped share
-  (``clip_fraction``) and the mean spread of the importance ratio
-  (``ratio_max - ratio_min``) over the steps that log them (None where
-  none does)."""
-  records = [r for r in metrics.read(os.path.join(workdir,
-                                                 metrics.METRICS_FILE))
-             if "reward/scored" in r]
-  mean = lambda values: sum(values) / max(len(values), 1)
-  logged = lambda values: mean(values) if values else None
-  lengths = [r["completion_length/mean"] for r in records]
-  return dict(
-      rollouts=int(sum(r["reward/scored"] for r in records)),
-      nonzero_share=mean([r["rollout/nonzero_gradient_share"]
-                          for r in records]),
-      length_first=mean(lengths[:5]), length_last=mean(lengths[-5:]),
-      clip_fraction=logged([r["clip_fraction"] for r in records
-                            if "clip_fraction" in r]),
-      ratio_spread=logged([r["ratio_max"] - r["ratio_min"] for r in records
-                           if "ratio_max" in r]))
-
-
 def baseline_key(config) -> str:
   """What the base model's held-out accuracy depends on: the task, its
   prompts (the shapers' instructions) and the evaluation's settings; runs
@@ -134,6 +108,75 @@ def with_ratio_spread(records: Sequence[dict]) -> list:
   are logged."""
   return [dict(r, ratio_spread=r["ratio_max"] - r["ratio_min"])
           if "ratio_max" in r and "ratio_min" in r else r for r in records]
+
+
+def _mean(records, key, first: int = 0, last: int = 0):
+  """The mean of `key` over `records` that log it (the first or the last
+  few of them), None if none does."""
+  values = [float(r[key]) for r in records if key in r]
+  values = values[:first] if first else values[-last:] if last else values
+  return float(np.mean(values)) if values else None
+
+
+class Column(NamedTuple):
+  """A table column: its header, what one run's step records give, and
+  the decimals its cells show."""
+  header: str
+  measure: Callable[[list], Optional[float]]
+  decimals: int = 3
+
+
+COLUMNS: Mapping[str, Column] = {
+    "heldout": Column("held-out greedy, last step",
+                      lambda rs: _mean(rs, ACCURACY, last=1)),
+    "accuracy_last10": Column("sampled accuracy, last 10 steps",
+                              lambda rs: _mean(rs, "accuracy", last=10)),
+    # Sampling, scoring and updating (the first step's compilation
+    # included); evaluations aside. Wall time: it counts only on a machine
+    # that ran nothing else.
+    "train_s": Column("training time (s)", lambda rs: sum(
+        r["time/rollout_s"] + r["time/update_s"] for r in rs), 0),
+    "rollouts": Column("rollouts scored", lambda rs: sum(
+        r.get("reward/scored", 0) for r in rs), 0),
+    "nonzero_share": Column(
+        "nonzero-gradient share",
+        lambda rs: _mean(rs, "rollout/nonzero_gradient_share")),
+    "collapse": Column("collapse rate (verifier rewards)",
+                       lambda rs: _mean(rs, "advantage/collapse_rate")),
+    "length_first5": Column(
+        "length, first 5 steps",
+        lambda rs: _mean(rs, "completion_length/mean", first=5), 1),
+    "length_last5": Column(
+        "length, last 5 steps",
+        lambda rs: _mean(rs, "completion_length/mean", last=5), 1),
+    "clip_fraction": Column("clip fraction",
+                            lambda rs: _mean(rs, "clip_fraction")),
+    "ratio_spread": Column("ratio max - min", lambda rs: _mean(
+        with_ratio_spread(rs), "ratio_spread")),
+    "ratio_spread_max": Column("largest ratio max - min", lambda rs: max(
+        (r["ratio_spread"] for r in with_ratio_spread(rs)
+         if "ratio_spread" in r), default=None)),
+    "ratio_var": Column("ratio variance", lambda rs: _mean(rs, "ratio_var"),
+                        4),
+    "entropy_last10": Column("entropy, last 10 steps",
+                             lambda rs: _mean(rs, "entropy", last=10)),
+    "grad_norm": Column("gradient norm", lambda rs: _mean(rs, "grad_norm")),
+    "abs_advantage": Column("mean absolute advantage",
+                            lambda rs: _mean(rs, "advantage/abs_mean")),
+}
+
+
+# What `experiments.compare` prints beside each run's accuracy: the
+# data-strategy claims' rollouts, signal and lengths, and the objective
+# claims' clipped share and ratio spread (None where no step logs them).
+SUMMARY = ("rollouts", "nonzero_share", "length_first5", "length_last5",
+           "clip_fraction", "ratio_spread")
+
+
+def run_summary(workdir: str, columns: Sequence[str] = SUMMARY) -> dict:
+  """`columns` of `COLUMNS` measured over the run's metrics records."""
+  records = metrics.read(os.path.join(workdir, metrics.METRICS_FILE))
+  return {name: COLUMNS[name].measure(records) for name in columns}
 
 
 def step_band(runs: Sequence[Sequence[dict]], key: str, smooth: int = 1):

@@ -270,8 +270,8 @@ def test_the_comparison_summarises_rollouts_signal_and_length(tmp_path):
   summary = runs.run_summary(str(tmp_path))
   assert summary["rollouts"] == 52
   assert summary["nonzero_share"] == pytest.approx(3.5 / 7)
-  assert summary["length_first"] == pytest.approx(110 / 5)
-  assert summary["length_last"] == pytest.approx(50 / 5)
+  assert summary["length_first5"] == pytest.approx(110 / 5)
+  assert summary["length_last5"] == pytest.approx(50 / 5)
   # Steps 4, 5, 6 log them: clip 0.4, 0.5, 0.6; spread 0.8, 1.0, 1.2.
   assert summary["clip_fraction"] == pytest.approx(0.5)
   assert summary["ratio_spread"] == pytest.approx(1.0)

@@ -144,7 +144,7 @@ def test_runs_differing_only_in_seed_share_a_line(tmp_path):
 
 
 def test_no_column_header_breaks_a_markdown_table():
-  assert not [c.header for c in runner.COLUMNS.values() if "|" in c.header]
+  assert not [c.header for c in runs.COLUMNS.values() if "|" in c.header]
 
 
 def test_the_table_gives_mean_and_sample_deviation_per_arm():

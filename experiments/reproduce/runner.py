@@ -16,7 +16,7 @@ import importlib
 import json
 import os
 import shutil
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -127,62 +127,6 @@ def finished_records(run_dir: str, config) -> Optional[list]:
   return metrics.read(os.path.join(run_dir, metrics.METRICS_FILE))
 
 
-def _mean(records, key, first: int = 0, last: int = 0):
-  """The mean of `key` over `records` that log it (the first or the last
-  few of them), None if none does."""
-  values = [float(r[key]) for r in records if key in r]
-  values = values[:first] if first else values[-last:] if last else values
-  return float(np.mean(values)) if values else None
-
-
-class Column(NamedTuple):
-  """A table column: its header, what one run's step records give, and
-  the decimals its cells show."""
-  header: str
-  measure: Callable[[list], Optional[float]]
-  decimals: int = 3
-
-
-COLUMNS: Mapping[str, Column] = {
-    "heldout": Column("held-out greedy, last step",
-                      lambda rs: _mean(rs, runs.ACCURACY, last=1)),
-    "accuracy_last10": Column("sampled accuracy, last 10 steps",
-                              lambda rs: _mean(rs, "accuracy", last=10)),
-    # Sampling, scoring and updating (the first step's compilation
-    # included); evaluations aside. Wall time: it counts only on a machine
-    # that ran nothing else.
-    "train_s": Column("training time (s)", lambda rs: sum(
-        r["time/rollout_s"] + r["time/update_s"] for r in rs), 0),
-    "rollouts": Column("rollouts scored",
-                       lambda rs: sum(r["reward/scored"] for r in rs), 0),
-    "nonzero_share": Column(
-        "nonzero-gradient share",
-        lambda rs: _mean(rs, "rollout/nonzero_gradient_share")),
-    "collapse": Column("collapse rate (verifier rewards)",
-                       lambda rs: _mean(rs, "advantage/collapse_rate")),
-    "length_first5": Column(
-        "length, first 5 steps",
-        lambda rs: _mean(rs, "completion_length/mean", first=5), 1),
-    "length_last5": Column(
-        "length, last 5 steps",
-        lambda rs: _mean(rs, "completion_length/mean", last=5), 1),
-    "clip_fraction": Column("clip fraction",
-                            lambda rs: _mean(rs, "clip_fraction")),
-    "ratio_spread": Column("ratio max - min", lambda rs: _mean(
-        runs.with_ratio_spread(rs), "ratio_spread")),
-    "ratio_spread_max": Column("largest ratio max - min", lambda rs: max(
-        (r["ratio_spread"] for r in runs.with_ratio_spread(rs)
-         if "ratio_spread" in r), default=None)),
-    "ratio_var": Column("ratio variance", lambda rs: _mean(rs, "ratio_var"),
-                        4),
-    "entropy_last10": Column("entropy, last 10 steps",
-                             lambda rs: _mean(rs, "entropy", last=10)),
-    "grad_norm": Column("gradient norm", lambda rs: _mean(rs, "grad_norm")),
-    "abs_advantage": Column("mean absolute advantage",
-                            lambda rs: _mean(rs, "advantage/abs_mean")),
-}
-
-
 # The plot of the claims about objectives off policy (GMPO, stale data).
 RATIO_PANELS = (
     ("sampled accuracy", "accuracy"),
@@ -198,7 +142,8 @@ def summarize(seed_runs: Sequence[list], columns: Sequence[str]) -> dict:
   for a single run, the mean None where no run measures it."""
   summary = {}
   for name in columns:
-    values = [v for v in (COLUMNS[name].measure(rs) for rs in seed_runs)
+    measure = runs.COLUMNS[name].measure
+    values = [v for v in (measure(rs) for rs in seed_runs)
               if v is not None]
     summary[name] = (float(np.mean(values)) if values else None,
                      float(np.std(values, ddof=1)) if len(values) > 1
@@ -213,10 +158,11 @@ def markdown(summaries: Mapping[str, dict], columns: Sequence[str],
   def cell(column, mean, std, _):
     if mean is None:
       return "-"
-    shown = lambda x: f"{x:.{COLUMNS[column].decimals}f}"
+    shown = lambda x: f"{x:.{runs.COLUMNS[column].decimals}f}"
     return shown(mean) if std is None else f"{shown(mean)} ± {shown(std)}"
-  lines = ["| arm | seeds | " + " | ".join(COLUMNS[c].header for c in columns)
-           + " |", "|---|---|" + "---|" * len(columns)]
+  headers = [runs.COLUMNS[c].header for c in columns]
+  lines = ["| arm | seeds | " + " | ".join(headers) + " |",
+           "|---|---|" + "---|" * len(columns)]
   for label, summary in summaries.items():
     lines.append(f"| {label} | {','.join(map(str, seeds[label]))} | "
                  + " | ".join(cell(c, *summary[c]) for c in columns) + " |")
