@@ -83,11 +83,35 @@ def test_sampler_table_has_a_column_per_framework():
   assert alone[2] == "| 1 | 2.0 | 2.5 (bandwidth) | 80% |"
 
 
+def test_sampler_runs_give_medians_and_ranges():
+  """Three runs: each figure the middle one, its range the other two."""
+  runs = []
+  for scale in (1.0, 3.0, 2.0):
+    results = _sampler_results()
+    results["grpo_jax"]["tokens_per_s"] = {"1": 2.0 * scale}
+    runs.append(sampler_bench.make_rows(results, LIMITS, ["1"]))
+  (row,) = sampler_bench.median_rows(runs)
+  assert row["grpo_jax_tokens_per_s"] == 4.0  # of 2, 6, 4
+  assert row["grpo_jax_tokens_per_s_range"] == (2.0, 6.0)
+  assert row["ratio_vs_hf"] == 4.0 and row["ratio_vs_hf_range"] == (2.0, 6.0)
+  assert row["bound_tokens_per_s_range"] == (2.5, 2.5)
+  line = sampler_bench.table([row], ["grpo_jax", "hf"]).splitlines()[2]
+  assert line == ("| 1 | 4.0 (2.0-6.0) | 1.0 (1.0-1.0) | 4.00x (2.00-6.00x) "
+                  "| 2.5 (bandwidth) | 160% (80-240%) "
+                  "| 40% (40-40%) |")
+
+
 def test_sampler_skips_peers_on_request():
   args = sampler_bench.parse_args(["--skip_hf", "--skip_tunix"])
   assert sampler_bench.frameworks_to_run(args) == ["grpo_jax"]
   assert sampler_bench.parse_batch("8x8") == (8, 8)
   assert sampler_bench.parse_batch("32") == (32, 1)
+
+
+@pytest.mark.parametrize("argv", [["--runs", "0"], ["--repeats", "0"]])
+def test_sampler_refuses_no_runs(argv):
+  with pytest.raises(SystemExit):
+    sampler_bench.parse_args(argv)
 
 
 def test_tunix_tokenizer_hands_over_exact_ids():

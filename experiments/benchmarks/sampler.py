@@ -27,8 +27,10 @@ of that bound.
     nice python experiments/benchmarks/sampler.py --json /tmp/sampler.json
 
 Prints a markdown table. `--batches 1,8` restricts the rows; `--repeats` is the
-number of timed runs per row (the best is kept); `--skip_hf` / `--skip_tunix`
-leave a column out (Tunix's is left out with a note when it is not installed).
+number of timed runs per row (the best is kept); `--runs 3` repeats the whole
+benchmark (limits and every framework) three times back to back and prints
+each figure's median with its range; `--skip_hf` / `--skip_tunix` leave a
+column out (Tunix's is left out with a note when it is not installed).
 """
 
 import argparse
@@ -42,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import warnings
+
+import numpy as np
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -333,8 +337,26 @@ def make_rows(results, limits: machine.Limits, batches):
   return rows
 
 
+def median_rows(runs):
+  """Rows of several runs (`make_rows` each) -> one set of rows: every
+  number the median over the runs, its (lowest, highest) under
+  ``<key>_range``."""
+  merged = []
+  for same in zip(*runs):
+    row = dict(same[0])
+    for key, value in same[0].items():
+      if isinstance(value, float):
+        values = [r[key] for r in same]
+        row[key] = float(np.median(values))
+        row[f"{key}_range"] = (min(values), max(values))
+    merged.append(row)
+  return merged
+
+
 def table(rows, frameworks) -> str:
-  """Markdown: tokens/s per framework, ratios, the floor and the shares."""
+  """Markdown: tokens/s per framework, ratios, the floor and the shares;
+  with `median_rows`' ranges, each measured figure's range in brackets
+  (the floor's median alone: each run's limits are printed above)."""
   peers = [f for f in ("hf", "tunix") if f in frameworks]
   header = ([f"{LABELS[f]} tokens/s" for f in frameworks]
             + [f"vs {LABELS[p]}" for p in peers]
@@ -343,10 +365,16 @@ def table(rows, frameworks) -> str:
   lines = ["| batch | " + " | ".join(header) + " |",
            "|---" * (len(header) + 1) + "|"]
   for row in rows:
-    cells = ([f"{row[f'{f}_tokens_per_s']:.1f}" for f in frameworks]
-             + [f"{row[f'ratio_vs_{p}']:.2f}x" for p in peers]
+    def cell(key, form, scale=1, unit=""):
+      text = f"{scale * row[key]:{form}}{unit}"
+      if f"{key}_range" in row:
+        low, high = (scale * x for x in row[f"{key}_range"])
+        text += f" ({low:{form}}-{high:{form}}{unit})"
+      return text
+    cells = ([cell(f"{f}_tokens_per_s", ".1f") for f in frameworks]
+             + [cell(f"ratio_vs_{p}", ".2f", unit="x") for p in peers]
              + [f"{row['bound_tokens_per_s']:.1f} ({row['binding']})"]
-             + [f"{100 * row[f'{f}_share_of_bound']:.0f}%"
+             + [cell(f"{f}_share_of_bound", ".0f", 100, "%")
                 for f in frameworks])
     lines.append(f"| {row['batch']} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
@@ -372,12 +400,18 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batches", default="1,8,32,8x8")
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--runs", type=int, default=1,
+                      help="whole runs back to back; the table shows each "
+                           "figure's median and range over them")
   parser.add_argument("--json", default=None, help="write the rows here")
   parser.add_argument("--skip_hf", action="store_true")
   parser.add_argument("--skip_tunix", action="store_true")
   parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
   parser.add_argument("--worker_out", help=argparse.SUPPRESS)
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.runs < 1 or args.repeats < 1:
+    parser.error("--runs and --repeats must be >= 1")
+  return args
 
 
 def frameworks_to_run(args):
@@ -404,16 +438,24 @@ def main(argv=None):
 
   frameworks = frameworks_to_run(args)
   load_before = os.getloadavg()[0]
-  limits = machine.measure()
-  print(f"# {machine.describe(limits)}", flush=True)
-  results = {f: spawn_worker(f, args) for f in frameworks}
-  rows = make_rows(results, limits, batches)
-  print("\n" + setup_line(results, limits, args.repeats, load_before) + "\n")
-  print(table(rows, frameworks))
+  runs = []
+  for _ in range(args.runs):
+    limits = machine.measure()
+    print(f"# {machine.describe(limits)}", flush=True)
+    results = {f: spawn_worker(f, args) for f in frameworks}
+    runs.append(dict(rows=make_rows(results, limits, batches),
+                     limits=limits._asdict(), workers=results))
+  rows = runs[0]["rows"] if args.runs == 1 else median_rows(
+      [run["rows"] for run in runs])
+  print("\n" + setup_line(results, limits, args.repeats, load_before))
+  if args.runs > 1:
+    print(f"median of {args.runs} runs, the range in brackets; " + "; ".join(
+        f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))
+        for i, run in enumerate(runs)))
+  print("\n" + table(rows, frameworks))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(
-        dict(rows=rows, limits=limits._asdict(), workers=results,
-             load_average=load_before), indent=2))
+        dict(rows=rows, runs=runs, load_average=load_before), indent=2))
   return rows
 
 
