@@ -18,8 +18,8 @@ of 2 rows, one or two passes):
 Scale-down: 8 rows per batch; the papers train 1.5B-7B models with
 hundreds of rows per batch.
 
-Command (3 seeds; about 2 hours on this 2-core CPU, the 4-step arms 5
-minutes a run, the 8-step ones 8):
+Command (3 seeds; about 2.7 hours on this 2-core CPU: 4-6 minutes of
+training a run at 4 steps per batch, 8-11 at 8):
   python -m experiments.reproduce.stale_data
 
 Read: accuracy and entropy late in the run and the ratio's spread, at 4
