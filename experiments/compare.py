@@ -96,7 +96,7 @@ def main(argv):
   shown = lambda value: "-" if value is None else f"{value:.3f}"
   for row in rows:
     print(f"| `{row['config']}` | {row['steps']} | {row['before']:.3f} | "
-          f"{row['after']:.3f} | {row['rollouts']} | "
+          f"{row['after']:.3f} | {row['rollouts']:.0f} | "
           f"{row['nonzero_share']:.3f} | {row['length_first5']:.1f} -> "
           f"{row['length_last5']:.1f} | {shown(row['clip_fraction'])} | "
           f"{shown(row['ratio_spread'])} |")
