@@ -90,7 +90,7 @@ def test_sampler_runs_give_medians_and_ranges():
     results = _sampler_results()
     results["grpo_jax"]["tokens_per_s"] = {"1": 2.0 * scale}
     runs.append(sampler_bench.make_rows(results, LIMITS, ["1"]))
-  (row,) = sampler_bench.median_rows(runs)
+  (row,) = machine.median_rows(runs)
   assert row["grpo_jax_tokens_per_s"] == 4.0  # of 2, 6, 4
   assert row["grpo_jax_tokens_per_s_range"] == (2.0, 6.0)
   assert row["ratio_vs_hf"] == 4.0 and row["ratio_vs_hf_range"] == (2.0, 6.0)
@@ -130,8 +130,8 @@ def test_defaults_match_the_trl_comparison():
   assert args.max_new_tokens == 64
 
 
-@pytest.mark.parametrize("argv", [["--steps", "0"], ["--model", "tiny"],
-                                  ["--loss_type", "bnpo"]])
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--runs", "0"],
+                                  ["--model", "tiny"], ["--loss_type", "bnpo"]])
 def test_bad_arguments_exit(argv):
   with pytest.raises(SystemExit):
     step_bench.parse_args(argv)
@@ -227,6 +227,28 @@ def test_table_has_both_frameworks():
   assert lines[2].startswith("| 1 x 8 | grpo_jax | 2.00 |")
   assert lines[2].endswith("| 64.0 | 1000 | 25.6 + 60 | 4280% |")
   assert lines[3].startswith("| 1 x 8 | TRL 1.16.0 | 8.00 |")
+
+
+def test_step_runs_give_medians_and_ranges():
+  """Three runs of one row: each side's times the middle run's, nested."""
+  runs = []
+  for step_s in (2.0, 6.0, 4.0):
+    row = _step_row()
+    row["grpo_jax"]["step_s"] = step_s
+    row["ratio_vs_trl"] = 8.0 / step_s
+    step_bench.add_floors(row, LIMITS, max_new_tokens=64)
+    runs.append([row])
+  (row,) = machine.median_rows(runs)
+  assert row["grpo_jax"]["step_s"] == 4.0
+  assert row["grpo_jax"]["step_s_range"] == (2.0, 6.0)
+  assert row["ratio_vs_trl"] == 2.0 and row["ratio_vs_trl_range"] == (
+      8.0 / 6.0, 4.0)
+  assert row["trl"]["step_s_range"] == (8.0, 8.0)
+  assert row["num_prompts"] == 1
+  line = step_bench.table([row]).splitlines()[2]
+  # 85.6 s of floor over 6, 4 and 2 s: 1427%, 2140%, 4280%.
+  assert line.startswith("| 1 x 8 | grpo_jax | 4.00 (2.00-6.00) | ")
+  assert line.endswith("| 64.0 | 1000 | 25.6 + 60 | 2140% (1427-4280%) |")
 
 
 def test_table_has_a_tunix_row():

@@ -126,6 +126,35 @@ def describe(limits: Limits) -> str:
           f"bandwidth {limits.bandwidth_gb_s:.1f} GB/s")
 
 
+def median_rows(runs):
+  """Rows of several runs of a benchmark (the same rows in each) -> one set:
+  every float the median over the runs, its (lowest, highest) under
+  ``<key>_range``; nested dicts alike; other fields from the first run."""
+  return [_median_of(same) for same in zip(*runs)]
+
+
+def _median_of(same):
+  row = dict(same[0])
+  for key, value in same[0].items():
+    if isinstance(value, float):
+      values = [r[key] for r in same]
+      row[key] = float(np.median(values))
+      row[f"{key}_range"] = (min(values), max(values))
+    elif isinstance(value, dict):
+      row[key] = _median_of([r[key] for r in same])
+  return row
+
+
+def with_range(row, key, form, scale=1, unit="") -> str:
+  """``row[key]`` formatted, with its `median_rows` range in brackets when
+  it has one: "4.0 (2.0-6.0)"."""
+  text = f"{scale * row[key]:{form}}{unit}"
+  if f"{key}_range" in row:
+    low, high = (scale * x for x in row[f"{key}_range"])
+    text += f" ({low:{form}}-{high:{form}}{unit})"
+  return text
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--matmul_size", type=int, default=2048)

@@ -45,9 +45,6 @@ import sys
 import tempfile
 import warnings
 
-import numpy as np
-
-
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: make `experiments` importable
   sys.path.insert(0, str(REPO_ROOT))
@@ -337,25 +334,9 @@ def make_rows(results, limits: machine.Limits, batches):
   return rows
 
 
-def median_rows(runs):
-  """Rows of several runs (`make_rows` each) -> one set of rows: every
-  number the median over the runs, its (lowest, highest) under
-  ``<key>_range``."""
-  merged = []
-  for same in zip(*runs):
-    row = dict(same[0])
-    for key, value in same[0].items():
-      if isinstance(value, float):
-        values = [r[key] for r in same]
-        row[key] = float(np.median(values))
-        row[f"{key}_range"] = (min(values), max(values))
-    merged.append(row)
-  return merged
-
-
 def table(rows, frameworks) -> str:
   """Markdown: tokens/s per framework, ratios, the floor and the shares;
-  with `median_rows`' ranges, each measured figure's range in brackets
+  with `machine.median_rows`' ranges, each measured figure's range in brackets
   (the floor's median alone: each run's limits are printed above)."""
   peers = [f for f in ("hf", "tunix") if f in frameworks]
   header = ([f"{LABELS[f]} tokens/s" for f in frameworks]
@@ -365,12 +346,7 @@ def table(rows, frameworks) -> str:
   lines = ["| batch | " + " | ".join(header) + " |",
            "|---" * (len(header) + 1) + "|"]
   for row in rows:
-    def cell(key, form, scale=1, unit=""):
-      text = f"{scale * row[key]:{form}}{unit}"
-      if f"{key}_range" in row:
-        low, high = (scale * x for x in row[f"{key}_range"])
-        text += f" ({low:{form}}-{high:{form}}{unit})"
-      return text
+    cell = functools.partial(machine.with_range, row)
     cells = ([cell(f"{f}_tokens_per_s", ".1f") for f in frameworks]
              + [cell(f"ratio_vs_{p}", ".2f", unit="x") for p in peers]
              + [f"{row['bound_tokens_per_s']:.1f} ({row['binding']})"]
@@ -445,7 +421,7 @@ def main(argv=None):
     results = {f: spawn_worker(f, args) for f in frameworks}
     runs.append(dict(rows=make_rows(results, limits, batches),
                      limits=limits._asdict(), workers=results))
-  rows = runs[0]["rows"] if args.runs == 1 else median_rows(
+  rows = runs[0]["rows"] if args.runs == 1 else machine.median_rows(
       [run["rows"] for run in runs])
   print("\n" + setup_line(results, limits, args.repeats, load_before))
   if args.runs > 1:

@@ -68,6 +68,8 @@ printed by function (the sampler's loop, the update, the rest).
 (every entry kept), so a second run with the same DIR measures the first step
 with a warm cache.
 
+``--runs 3`` repeats the whole benchmark back to back (the machine's limits
+too) and gives each time and ratio as the median with its range;
 ``--num_prompts 1,4`` adds rows; ``--skip_trl`` / ``--skip_tunix`` leave a
 peer out (Tunix's row is left out with a note when it is not installed);
 ``--model tiny`` (grpo_jax and Tunix; no TRL) is a seconds-long smoke run.
@@ -640,10 +642,14 @@ def add_floors(row, limits: machine.Limits, max_new_tokens):
 
 
 def split_text(r):
-  return (f"{r['step_s']:.2f} | {r['sample_s']:.2f} | {r['logprob_s']:.2f} | "
-          f"{r['update_s']:.2f} | {r['completion_length']:.1f} | "
-          f"{r['update_tokens']:.0f} | {r['decode_floor_s']:.3g} + "
-          f"{r['update_floor_s']:.3g} | {100 * r['share_of_floor']:.0f}%")
+  """One side's cells; the times and the share with their range over runs
+  (`machine.median_rows`), the floor's median alone."""
+  cell = functools.partial(machine.with_range, r)
+  return (f"{cell('step_s', '.2f')} | {cell('sample_s', '.2f')} | "
+          f"{cell('logprob_s', '.2f')} | {cell('update_s', '.2f')} | "
+          f"{r['completion_length']:.1f} | {r['update_tokens']:.0f} | "
+          f"{r['decode_floor_s']:.3g} + {r['update_floor_s']:.3g} | "
+          f"{cell('share_of_floor', '.0f', 100, '%')}")
 
 
 def first_step_text(name, r) -> str:
@@ -698,13 +704,16 @@ def parse_args(argv=None):
   parser.add_argument("--compilation_cache", default=None, metavar="DIR",
                       help="JAX's persistent compilation cache directory "
                            "(grpo_jax; run twice to time a warm first step)")
+  parser.add_argument("--runs", type=int, default=1,
+                      help="whole runs back to back; the table shows each "
+                           "time's median and range over them")
   parser.add_argument("--json", default=None, help="write the results here")
   parser.add_argument("--worker", choices=FRAMEWORKS,
                       help=argparse.SUPPRESS)
   parser.add_argument("--worker_out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  if args.steps < 1:
-    parser.error("--steps must be >= 1")
+  if args.steps < 1 or args.runs < 1:
+    parser.error("--steps and --runs must be >= 1")
   if args.model == "tiny" and not (args.skip_trl or args.worker):
     parser.error("--model tiny has no TRL counterpart; add --skip_trl")
   return args
@@ -723,19 +732,8 @@ def peers_to_run(args):
   return peers
 
 
-def main(argv=None):
-  args = parse_args(argv)
-  if args.worker:
-    run = dict(grpo_jax=run_grpo_jax, trl=run_trl,
-               tunix=run_tunix)[args.worker]
-    result = run(args, int(args.num_prompts))
-    pathlib.Path(args.worker_out).write_text(json.dumps(result))
-    return
-
-  peers = peers_to_run(args)
-  load_before = os.getloadavg()
-  limits = machine.measure()
-  print(f"# {machine.describe(limits)}", flush=True)
+def measure_rows(args, peers, limits):
+  """One run: a row per prompt count, each side in its own subprocess."""
   rows = []
   for num_prompts in [int(p) for p in args.num_prompts.split(",")]:
     row = dict(num_prompts=num_prompts,
@@ -748,22 +746,48 @@ def main(argv=None):
       row["ratio"] = row["ratio_vs_trl"]
     add_floors(row, limits, args.max_new_tokens)
     rows.append(row)
+  return rows
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  if args.worker:
+    run = dict(grpo_jax=run_grpo_jax, trl=run_trl,
+               tunix=run_tunix)[args.worker]
+    result = run(args, int(args.num_prompts))
+    pathlib.Path(args.worker_out).write_text(json.dumps(result))
+    return
+
+  peers = peers_to_run(args)
+  load_before = os.getloadavg()
+  runs = []
+  for _ in range(args.runs):
+    limits = machine.measure()
+    print(f"# {machine.describe(limits)}", flush=True)
+    runs.append(dict(rows=measure_rows(args, peers, limits),
+                     limits=limits._asdict()))
+  rows = runs[0]["rows"] if args.runs == 1 else machine.median_rows(
+      [run["rows"] for run in runs])
   load_after = os.getloadavg()
 
   print(f"\nCPU cores {os.cpu_count()}; load average (1 min) "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"{machine.describe(limits)}; mean of {args.steps} steps after one "
         f"warm-up step; beta={args.beta}, loss_type={args.loss_type} "
-        f"({LOSS_TYPES[args.loss_type]})\n")
-  print(table(rows))
+        f"({LOSS_TYPES[args.loss_type]})")
+  if args.runs > 1:
+    print(f"median of {args.runs} runs, the range in brackets; " + "; ".join(
+        f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))
+        for i, run in enumerate(runs)))
+  print("\n" + table(rows))
   for row in rows:
     print(f"\nP={row['num_prompts']}:")
     for side in FRAMEWORKS:
       if side in row:
         print(first_step_text(LABELS[side], row[side]))
     for peer in peers:
-      print(f"grpo_jax is {row[f'ratio_vs_{peer}']:.2f}x faster per step "
-            f"than {LABELS[peer]}")
+      ratio = machine.with_range(row, f"ratio_vs_{peer}", ".2f", unit="x")
+      print(f"grpo_jax is {ratio} faster per step than {LABELS[peer]}")
     if "tunix" in row:
       t = row["tunix"]
       print(f"Tunix: log-probs of one sequence vs grpo_jax's: max abs diff "
@@ -786,7 +810,7 @@ def main(argv=None):
         ratio_vs_tunix=first.get("ratio_vs_tunix"),
         split=dict(grpo_jax={k: first["grpo_jax"][k] for k in (
             "sample_s", "logprob_s", "update_s")}),
-        rows=rows, limits=limits._asdict(),
+        rows=rows, limits=limits._asdict(), runs=runs,
         load_average=dict(before=load_before, after=load_after),
         args=vars(args))
     for peer in peers:
