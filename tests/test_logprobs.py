@@ -391,11 +391,18 @@ def test_loss_benchmark_smoke(tmp_path):
   results = bench.main([
       "--n", "3", "--t", "4", "--d", "8", "--v", "16", "--torch-rows", "2",
       "--temperature", "0.7", "--chunk-size", "5", "--in-process",
-      "--configs", ",".join(bench.CONFIGS), "--json", str(path)])
+      "--configs", ",".join(bench.CONFIGS), "--json", str(path),
+      "--runs", "2"])
   assert [r["config"] for r in results] == list(bench.CONFIGS)
   losses = [r["loss"] for r in results]
   np.testing.assert_allclose(losses, losses[0], rtol=1e-5)
   assert all(r["fits"] and r["time_s"] > 0 for r in results)
+  # Two runs: each time the mean of the two, within their range.
+  for r in results:
+    low, high = r["time_s_range"]
+    assert r["time_s"] == pytest.approx((low + high) / 2)
+  line = bench.markdown_table(results, bench.parse_args([])).splitlines()[4]
+  assert line.startswith(f"| {bench.CONFIGS[0]} | yes | {results[0]['time_s']:.2f} (")
   assert len(path.read_text().splitlines()) == len(bench.CONFIGS)
   reference = next(r for r in results if r["config"] == bench.REFERENCE)
   assert reference["time_vs_torch"] == 1.0

@@ -2,6 +2,9 @@
 
     python -m experiments.benchmarks.loss --json runs/bench_loss.json
 
+``--runs 3`` repeats every configuration three times back to back and
+gives each time as the median with its range.
+
 Every configuration computes the same scalar from the same data (numpy, fixed
 seed): hidden states [N, T, D] and unembedding [D, V] -> logits (the final
 projection, INCLUDED everywhere) -> tempered log-softmax at the sampled tokens
@@ -33,6 +36,8 @@ import time
 
 import numpy as np
 
+from experiments.benchmarks import machine
+
 CONFIGS = ("jax_chunked", "jax_naive", "torch_log_softmax", "torch_selective",
            "torch_log_softmax_from_logits", "torch_selective_from_logits")
 DEFAULT_CONFIGS = ("jax_chunked", "jax_naive", "torch_log_softmax",
@@ -56,6 +61,9 @@ def parse_args(argv=None):
                  help="sequences per PyTorch chunk")
   p.add_argument("--repeats", type=int, default=1,
                  help="timed runs per configuration (the minimum is kept)")
+  p.add_argument("--runs", type=int, default=1,
+                 help="whole runs back to back; the table shows each time's "
+                      "median and range over them")
   p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                  help=f"comma-separated subset of {', '.join(CONFIGS)}")
   p.add_argument("--memory-limit-gib", type=float, default=None,
@@ -66,6 +74,8 @@ def parse_args(argv=None):
                  help="no subprocesses (smoke tests; peaks then mix)")
   p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
+  if args.runs < 1 or args.repeats < 1:
+    p.error("--runs and --repeats must be >= 1")
   args.configs = [c for c in args.configs.split(",") if c]
   unknown = sorted(set(args.configs) - set(CONFIGS))
   if unknown:
@@ -306,11 +316,13 @@ def markdown_table(results, args):
       lines.append(f"| {r['config']} | | error | | | | |")
       continue
     fmt = lambda x, f: "" if x is None else f.format(x)
-    time_s = (fmt(r.get("time_s"), "{:.2f}") if r.get("fits")
+    time_s = (machine.with_range(r, "time_s", ".2f") if r.get("fits")
               else "does not fit")
+    vs_torch = ("" if r.get("time_vs_torch") is None else
+                machine.with_range(r, "time_vs_torch", ".2f", unit="x"))
     lines.append(
         f"| {r['config']} | {'yes' if r['projection_included'] else 'no'} "
-        f"| {time_s} | {fmt(r.get('time_vs_torch'), '{:.2f}x')} "
+        f"| {time_s} | {vs_torch} "
         f"| {r['peak_bytes'] / GIB:.3g} "
         f"| {fmt(r.get('memory_vs_torch'), '{:.2f}x')} "
         f"| {r['memory_method']} |")
@@ -322,7 +334,10 @@ def main(argv=None):
   if args.worker:
     print(json.dumps(run_config(args, args.worker)))
     return None
-  results = run_all(args)
+  runs = [run_all(args) for _ in range(args.runs)]
+  results = runs[0] if args.runs == 1 else machine.median_rows(runs)
+  if args.runs > 1:
+    print(f"median of {args.runs} runs, the range in brackets")
   print(markdown_table(results, args))
   if args.json:
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

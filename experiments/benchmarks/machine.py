@@ -129,13 +129,16 @@ def describe(limits: Limits) -> str:
 def median_rows(runs):
   """Rows of several runs of a benchmark (the same rows in each) -> one set:
   every float the median over the runs, its (lowest, highest) under
-  ``<key>_range``; nested dicts alike; other fields from the first run."""
+  ``<key>_range``; nested dicts alike; other fields, and a float some run
+  lacks, from the first run."""
   return [_median_of(same) for same in zip(*runs)]
 
 
 def _median_of(same):
   row = dict(same[0])
   for key, value in same[0].items():
+    if not all(key in r for r in same):  # e.g. a time where one run failed
+      continue
     if isinstance(value, float):
       values = [r[key] for r in same]
       row[key] = float(np.median(values))
