@@ -179,8 +179,11 @@ def hub_snapshot(repo_id: str, *, revision: str = "") -> pathlib.Path:
   where = (f"model.name={repo_id!r} (no local directory "
            f"{pathlib.Path(repo_id).resolve()} exists, so it was read as a hub id)")
   try:
+    # Offline, ask for the cache alone: huggingface_hub 1.x still lists a
+    # pinned commit's files over the network there.
     return pathlib.Path(huggingface_hub.snapshot_download(
-        repo_id, revision=revision or None, allow_patterns=list(HUB_PATTERNS)))
+        repo_id, revision=revision or None, allow_patterns=list(HUB_PATTERNS),
+        local_files_only=bool(constants.HF_HUB_OFFLINE)))
   except errors.GatedRepoError as e:
     raise ValueError(
         f"{where} is a gated hub repository: accept its terms on "
