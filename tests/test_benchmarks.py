@@ -249,6 +249,9 @@ def test_step_runs_give_medians_and_ranges():
   # 85.6 s of floor over 6, 4 and 2 s: 1427%, 2140%, 4280%.
   assert line.startswith("| 1 x 8 | grpo_jax | 4.00 (2.00-6.00) | ")
   assert line.endswith("| 64.0 | 1000 | 25.6 + 60 | 2140% (1427-4280%) |")
+  # The compile split's ranges sit beside its figures, not in its sum.
+  assert "compilation in it 16.0 s" in step_bench.first_step_text(
+      "grpo_jax", row["grpo_jax"])
 
 
 def test_table_has_a_tunix_row():

@@ -658,7 +658,8 @@ def first_step_text(name, r) -> str:
           f"{r['first_step_s'] / r['step_s']:.1f}x the mean later step")
   split = r.get("first_step_compile_s")
   if split:
-    text += (f"; XLA compilation in it {sum(split.values()):.1f} s (sampler "
+    total = split["sampler"] + split["update"] + split["other"]
+    text += (f"; XLA compilation in it {total:.1f} s (sampler "
              f"{split['sampler']:.1f}, update {split['update']:.1f}, other "
              f"{split['other']:.1f}), {r['cache_hits']} persistent cache hits")
   return text
