@@ -388,5 +388,6 @@ def test_bundled_smollm2_tokenizer_equals_the_gguf_conversion():
   assert bundled.bos_token_id == special("bos")
   assert bundled.pad_token_id == special("padding")
   vocab = reference.get_vocab()
-  ends = {vocab[t] for t in loading._END_TOKENS if t in vocab}  # pylint: disable=protected-access
+  end_tokens = loading._END_TOKENS  # pylint: disable=protected-access
+  ends = {vocab[t] for t in end_tokens if t in vocab}
   assert models.eos_ids(bundled) == tuple(sorted(ends | {special("eos")}))
