@@ -30,11 +30,10 @@ def _softmax_parts(scaled):
   """(shifted = z - max z, log sum exp(shifted), entropy) of [N, V] logits
   `scaled`, without materialising the normalised [N, V] distribution."""
   shifted = scaled - scaled.max(axis=-1, keepdims=True)
-  weights = jnp.exp(shifted)
-  total = weights.sum(axis=-1)
+  total, weighted = logprobs_lib.softmax_sums(shifted)
   log_total = jnp.log(total)
-  # -sum p log p with p = weights / total: one more pass over the row.
-  return shifted, log_total, log_total - (weights * shifted).sum(-1) / total
+  # -sum p log p with p = exp(shifted) / total.
+  return shifted, log_total, log_total - weighted / total
 
 
 def next_token(logits, key, temperature, *, greedy, top_k, top_p):

@@ -134,9 +134,25 @@ def topk_logprobs(logits, temperature, k: int):
   """
   scaled = logits / scoring_temperature(temperature)[:, None]
   shifted = scaled - scaled.max(axis=-1, keepdims=True)
-  log_total = jnp.log(jnp.exp(shifted).sum(axis=-1))
+  log_total = jnp.log(softmax_sums(shifted)[0])
   values, ids = jax.lax.top_k(shifted, k)
   return ids.astype(jnp.int32), values - log_total[:, None]
+
+
+def softmax_sums(shifted):
+  """(sum_v exp(s_v), sum_v exp(s_v) * s_v) over the last axis of shifted
+  logits ``s = z - max z``: the normaliser and the entropy's sum.
+
+  One variadic reduce reads `shifted` once for both sums; as two `.sum`s,
+  XLA:CPU wrote the logits out and read them in separate passes (the 4 x 8
+  update ran 1.1x faster this way). The sampler and the trainer both sum
+  with it, so they round alike.
+  """
+  weights = jnp.exp(shifted)
+  zero = jnp.zeros((), shifted.dtype)
+  return lax.reduce((weights, weights * shifted), (zero, zero),
+                    lambda a, b: (a[0] + b[0], a[1] + b[1]),
+                    (shifted.ndim - 1,))
 
 
 def default_chunk_size(vocab_size: int, backend: Optional[str] = None) -> int:
@@ -367,11 +383,14 @@ def _columns(x, start, chunk: int):
 def _chunk_forward(hidden, unembedding, targets, temperature, topk_ids=None):
   """(logp, logsumexp, entropy), each [N, C], for one chunk of columns; with
   `topk_ids` [N, C, K] also the [N, C, K] log-probs of those ids."""
-  z = _temper(project_logits(hidden, unembedding), temperature)
-  z_max = lax.stop_gradient(z.max(axis=-1, keepdims=True))
+  logits = project_logits(hidden, unembedding)
+  z = _temper(logits, temperature)
+  # max(z / tau) = max(z) / tau exactly (tau > 0, rounding is monotone); from
+  # the raw logits, XLA need not write z / tau out for the max alone.
+  z_max = lax.stop_gradient(
+      _temper(logits.max(axis=-1, keepdims=True), temperature))
   shifted = z - z_max
-  exp_shifted = jnp.exp(shifted)
-  total = exp_shifted.sum(axis=-1)
+  total, weighted = softmax_sums(shifted)
   log_total = jnp.log(total)
   # Same rounding as jax.nn.log_softmax: (z - max) - log(sum(exp(z - max))).
   z_target = jnp.take_along_axis(z, targets[..., None], axis=-1,
@@ -380,7 +399,7 @@ def _chunk_forward(hidden, unembedding, targets, temperature, topk_ids=None):
   # silent clamp or wrap-around.
   valid = (targets >= 0) & (targets < z.shape[-1])
   logp = jnp.where(valid, (z_target - z_max[..., 0]) - log_total, jnp.nan)
-  entropy = log_total - (exp_shifted * shifted).sum(axis=-1) / total
+  entropy = log_total - weighted / total
   out = (logp, z_max[..., 0] + log_total, entropy)
   if topk_ids is None:
     return out

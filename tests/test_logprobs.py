@@ -285,6 +285,15 @@ def test_hand_computed_uniform_case():
   testing.assert_close(out.entropy, jnp.full((2, 3), np.log(5.0)))
 
 
+def test_softmax_sums_by_hand():
+  """Row [0, -log 2, -log 4]: exp sums to 1 + 1/2 + 1/4 = 1.75, and
+  exp(s) * s to 0 - (log 2) / 2 - (log 4) / 4 = -log 2 over both axes."""
+  row = np.array([0.0, -np.log(2.0), -np.log(4.0)], np.float32)
+  total, weighted = logprobs.softmax_sums(jnp.asarray(np.stack([row, row])))
+  testing.assert_close(total, np.full(2, 1.75))
+  testing.assert_close(weighted, np.full(2, -np.log(2.0)))
+
+
 def test_empty_batch():
   hidden, unembedding, _ = _inputs()
   out = logprobs.token_logprobs(hidden[:0], unembedding,
