@@ -115,7 +115,8 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   mlp = w["mlp"]
   h = transformer.rms_norm(x, w["mlp_norm"], cfg.rms_norm_eps, axis=0)
   hidden = sharding.constrain(
-      jax.nn.silu(mlp["gate"] @ h) * (mlp["up"] @ h), sharding.MLP_COLUMNS)
+      transformer.swiglu(mlp["gate"] @ h, mlp["up"] @ h),
+      sharding.MLP_COLUMNS)
   x = sharding.constrain(x + mlp["down"] @ hidden, sharding.COLUMNS)
   return x, cache
 
