@@ -398,6 +398,22 @@ def test_profile_reads_op_names_from_compiled_hlo():
   assert names and any("logits" in name for name in names.values())
 
 
+def test_profile_table_of_three_runs_shows_medians():
+  """Three hand-built runs of one workload: the wall time is the median
+  with its range, the shares are the median seconds over the median op
+  time (matmul 3 of 4 s = 75%, other 1 s = 25%), host and idle the median
+  0.5 s of the median 2.5 s wall = 20%."""
+  def run(wall, matmul):
+    split = dict.fromkeys(profile_bench.CATEGORIES, 0.0)
+    split.update(matmul=matmul, other=4.0 - matmul)
+    return [dict(workload="decode, batch 1", wall_s=wall, ops_s=4.0,
+                 host_idle_s=wall - 2.0, **split)]
+  rows = machine.median_rows([run(2.0, 3.0), run(2.5, 2.0), run(4.0, 3.5)])
+  line = profile_bench.table(rows).splitlines()[2]
+  assert line == ("| decode, batch 1 | 2.50 (2.00-4.00) | 0% | 75% | 0% | "
+                  "0% | 0% | 0% | 25% | 20% |")
+
+
 def test_precision_benchmark_measures_both_dtypes():
   from experiments.benchmarks import precision  # pylint: disable=g-import-not-at-top
   result = precision.measure("tiny", prompts=2, samples=2, new_tokens=4)

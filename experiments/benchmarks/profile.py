@@ -21,7 +21,8 @@ names, the einsum equations, `jax.named_scope`s), then printed as shares:
 "wall" is the call's wall time; "ops" is the summed time of the ops (on all
 threads, so with 2 threads it can reach 2x wall); "host and idle" is wall
 minus ops per thread, the time no XLA op ran (dispatch, while-loop control,
-waiting).
+waiting). ``--runs 3`` profiles everything three times back to back; each
+time is then the median of the runs (the wall time with its range).
 
     python -m experiments.benchmarks.profile --batches 1,8,32 --prompts 1
 """
@@ -35,6 +36,8 @@ import pathlib
 import re
 import tempfile
 import time
+
+from experiments.benchmarks import machine
 
 CATEGORIES = ("prefill", "matmul", "attention", "logits", "sample", "layers",
               "other")
@@ -171,7 +174,8 @@ def table(rows) -> str:
   for row in rows:
     shares = [f"{100 * row[c] / max(row['ops_s'], 1e-12):.0f}%"
               for c in CATEGORIES]
-    lines.append(f"| {row['workload']} | {row['wall_s']:.2f} | "
+    lines.append(f"| {row['workload']} | "
+                 f"{machine.with_range(row, 'wall_s', '.2f')} | "
                  + " | ".join(shares)
                  + f" | {100 * row['host_idle_s'] / row['wall_s']:.0f}% |")
   return "\n".join(lines)
@@ -189,10 +193,26 @@ def main(argv=None):
   parser.add_argument("--top", type=int, default=0,
                       help="print the N slowest ops of each workload")
   parser.add_argument("--json", default=None)
+  parser.add_argument("--runs", type=int, default=1,
+                      help="profile everything N times; print medians")
   args = parser.parse_args(argv)
+  if args.runs < 1:
+    parser.error("--runs must be >= 1")
   threads = len(os.sched_getaffinity(0))
-  rows = []
   config, params, prompt_ids = smollm2()
+  runs = [profile_all(config, params, prompt_ids, args, threads)
+          for _ in range(args.runs)]
+  rows = runs[0] if args.runs == 1 else machine.median_rows(runs)
+  median = f", median of {args.runs} runs" if args.runs > 1 else ""
+  print(f"\nshares of the summed op time ({threads} threads{median})\n")
+  print(table(rows))
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def profile_all(config, params, prompt_ids, args, threads):
+  """One row per workload of `args`: decode batches, then updates."""
+  rows = []
   for b in filter(None, args.batches.split(",")):
     row = profile(*decode_case(config, params, prompt_ids, int(b),
                                args.new_tokens), threads, args.top)
@@ -204,10 +224,7 @@ def main(argv=None):
                   threads, args.top)
     rows.append(dict(workload=f"update, {p} x {args.group}", **row))
     print(f"# {rows[-1]}", flush=True)
-  print(f"\nshares of the summed op time ({threads} threads)\n")
-  print(table(rows))
-  if args.json:
-    pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+  return rows
 
 
 if __name__ == "__main__":
