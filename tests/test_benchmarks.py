@@ -469,8 +469,74 @@ def test_accelerator_rows_against_hand_computed_floors(tmp_path, monkeypatch):
                                               bandwidth_gb_s=10.0)
 
 
+def _accelerator_result(dtype, bandwidth, matmul, rows):
+  """A saved result of one run: rows of (workload, seconds, share)."""
+  return dict(device="gpu test", model="tiny", bandwidth_gb_s=bandwidth,
+              limits={dtype: dict(matmul_gflop_s=matmul,
+                                  bandwidth_gb_s=bandwidth)},
+              rows=[dict(dtype=dtype, workload=w, seconds=t,
+                         tokens_per_s=64 / t, floor_s=0.01,
+                         binding="bandwidth", share_of_floor=share)
+                    for w, t, share in rows])
+
+
+def test_accelerator_combines_saved_runs_into_medians(tmp_path, capsys):
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  # Three bfloat16 runs (one process each) and one float32 run; the loss
+  # row's label names its peak memory, which must not split the rows.
+  saved = [
+      _accelerator_result("bfloat16", 10.0, 100.0, [
+          ("decode, batch 1", 2.0, 0.5), ("loss (peak 1 GiB)", 4.0, 0.1)]),
+      _accelerator_result("bfloat16", 30.0, 300.0, [
+          ("decode, batch 1", 6.0, 0.25), ("loss (peak 2 GiB)", 8.0, 0.3)]),
+      _accelerator_result("bfloat16", 20.0, 200.0, [
+          ("decode, batch 1", 1.0, 0.75), ("loss (peak 1 GiB)", 5.0, 0.2)]),
+      _accelerator_result("float32", 40.0, 50.0, [
+          ("decode, batch 1", 3.0, 0.4)]),
+  ]
+  paths = []
+  for i, result in enumerate(saved):
+    paths.append(tmp_path / f"run{i}.json")
+    paths[-1].write_text(json.dumps(result))
+  combined = accelerator.main(["--combine", *map(str, paths)])
+  rows = {(r["dtype"], r["workload"].split(" (")[0]): r
+          for r in combined["rows"]}
+  assert sorted(rows) == [("bfloat16", "decode, batch 1"),
+                          ("bfloat16", "loss"), ("float32", "decode, batch 1")]
+  decode = rows["bfloat16", "decode, batch 1"]
+  assert (decode["seconds"], decode["share_of_floor"]) == (2.0, 0.5)
+  assert decode["seconds_range"] == (1.0, 6.0)
+  assert decode["runs"] == 3
+  assert rows["bfloat16", "loss"]["seconds"] == 5.0
+  # A row of one run stays as it was, with no range.
+  assert rows["float32", "decode, batch 1"] == dict(
+      saved[3]["rows"][0], runs=1)
+  # Bandwidth: median of 10, 30, 20, 40; each dtype's matmul its own runs'.
+  assert combined["bandwidth_gb_s"] == 25.0
+  assert combined["limits"]["bfloat16"]["matmul_gflop_s"] == 200.0
+  assert combined["limits"]["float32"]["matmul_gflop_s"] == 50.0
+  out = capsys.readouterr().out
+  assert "median of 1-3 runs" in out
+  assert "| bfloat16 | decode, batch 1 | 2 (1-6) |" in out
+  assert "| 50.0% (25.0-75.0%) |" in out
+
+
+def test_accelerator_runs_twice_in_one_process(monkeypatch):
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(machine, "matmul_gflop_s", lambda *a: 100.0)
+  monkeypatch.setattr(machine, "device_bandwidth_gb_s", lambda *a: 10.0)
+  result = accelerator.main(_TINY_ACCELERATOR + ["--dtypes", "float32",
+                                                 "--runs", "2"])
+  assert [r["runs"] for r in result["rows"]] == [2] * 4
+  for r in result["rows"]:
+    low, high = r["seconds_range"]
+    assert low <= r["seconds"] <= high
+
+
 @pytest.mark.parametrize("argv", [["--dtypes", "float16"], ["--dtypes", ","],
-                                  ["--model", "no-such-model"]])
+                                  ["--model", "no-such-model"],
+                                  ["--runs", "0"],
+                                  ["--combine", "no/such/result.json"]])
 def test_accelerator_refuses_bad_arguments(argv):
   from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
   with pytest.raises(SystemExit):

@@ -32,11 +32,18 @@ CPU it runs too, but slowly at the default sizes (the tests run the `tiny`
 model at small ones).
 
     python -m experiments.benchmarks.accelerator --json accelerator.json
+
+`--runs N` measures everything N times in the process and reports each
+figure as the median with its range; `--combine a.json b.json ...` prints
+that median table from the saved results of separate runs (e.g. one process
+per dtype) without measuring anything.
 """
 
 import argparse
 import json
 import pathlib
+
+import numpy as np
 
 from experiments.benchmarks import loss as loss_bench
 from experiments.benchmarks import machine
@@ -157,14 +164,47 @@ def measure(args) -> dict:
   return out
 
 
+def _workload_key(row):
+  """(dtype, workload) without the peak memory the loss row names."""
+  return row["dtype"], row["workload"].split(" (")[0]
+
+
+def combine(results) -> dict:
+  """Several runs' results -> one: each (dtype, workload) row, each limit
+  and the bandwidth the median over the runs that have it (with ranges, as
+  `machine.median_rows`), under `runs` the number of runs it had."""
+  groups, limits = {}, {}
+  for result in results:
+    for r in result["rows"]:
+      groups.setdefault(_workload_key(r), []).append(r)
+    for dtype, values in result["limits"].items():
+      limits.setdefault(dtype, []).append(values)
+  return dict(
+      device=results[0]["device"], model=results[0]["model"],
+      bandwidth_gb_s=float(np.median([r["bandwidth_gb_s"] for r in results])),
+      limits={dtype: {key: float(np.median([v[key] for v in values]))
+                      for key in values[0]}
+              for dtype, values in limits.items()},
+      rows=[dict(_median_row(same), runs=len(same))
+            for same in groups.values()])
+
+
+def _median_row(same):
+  return same[0] if len(same) == 1 else machine.median_rows(
+      [[r] for r in same])[0]
+
+
 def table(result) -> str:
   lines = ["| dtype | workload | time (s) | tokens/s | floor (s, binding) "
            "| share of floor |", "|---" * 6 + "|"]
   for r in result["rows"]:
+    seconds = machine.with_range(r, "seconds", ".4g")
+    share = machine.with_range(r, "share_of_floor", ".1f", scale=100,
+                               unit="%")
     lines.append(
-        f"| {r['dtype']} | {r['workload']} | {r['seconds']:.4g} | "
+        f"| {r['dtype']} | {r['workload']} | {seconds} | "
         f"{r['tokens_per_s']:.4g} | {r['floor_s']:.3g} ({r['binding']}) | "
-        f"{100 * r['share_of_floor']:.0f}% |")
+        f"{share} |")
   return "\n".join(lines)
 
 
@@ -189,8 +229,19 @@ def parse_args(argv=None):
   p.add_argument("--matmul_size", type=int, default=8192)
   p.add_argument("--copy_mib", type=int, default=2048)
   p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--runs", type=int, default=1,
+                 help="measure N times; report medians with their range")
+  p.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                 help="print the median table of saved --json results; "
+                 "measures nothing")
   p.add_argument("--json", default=None, help="write the results here")
   args = p.parse_args(argv)
+  if args.runs < 1:
+    p.error(f"--runs={args.runs}: must be at least 1")
+  missing = [f for f in args.combine or () if not pathlib.Path(f).is_file()]
+  if missing:
+    p.error(f"--combine: no such file {missing[0]!r}; give the --json files "
+            "of earlier runs")
   bad = [d for d in args.dtypes if d not in ("float32", "bfloat16")]
   if bad or not args.dtypes:
     p.error(f"--dtypes={','.join(args.dtypes)}: choose float32 and/or "
@@ -201,8 +252,17 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
-  result = measure(args)
-  print(f"\n{result['device']}, {args.model} (random weights); device copy "
+  if args.combine:
+    result = combine([json.loads(pathlib.Path(f).read_text())
+                      for f in args.combine])
+  else:
+    results = [measure(args) for _ in range(args.runs)]
+    result = results[0] if args.runs == 1 else combine(results)
+  runs = sorted({r.get("runs", 1) for r in result["rows"]})
+  median = ("" if runs == [1] else
+            f", median of {'-'.join(str(n) for n in sorted({runs[0], runs[-1]}))} runs")
+  print(f"\n{result['device']}, {result['model']} (random weights{median}); "
+        f"device copy "
         f"{result['bandwidth_gb_s']:.4g} GB/s; matmul "
         + ", ".join(f"{dtype} {limits['matmul_gflop_s']:.4g} GFLOP/s"
                     for dtype, limits in result["limits"].items()) + "\n")
