@@ -169,6 +169,11 @@ def _workload_key(row):
   return row["dtype"], row["workload"].split(" (")[0]
 
 
+def _median_row(same):
+  return same[0] if len(same) == 1 else machine.median_rows(
+      [[r] for r in same])[0]
+
+
 def combine(results) -> dict:
   """Several runs' results -> one: each (dtype, workload) row, each limit
   and the bandwidth the median over the runs that have it (with ranges, as
@@ -189,9 +194,13 @@ def combine(results) -> dict:
             for same in groups.values()])
 
 
-def _median_row(same):
-  return same[0] if len(same) == 1 else machine.median_rows(
-      [[r] for r in same])[0]
+def _runs_label(rows) -> str:
+  """", median of 2 runs" (or "of 1-3 runs"); "" for single runs."""
+  low = min(r.get("runs", 1) for r in rows)
+  high = max(r.get("runs", 1) for r in rows)
+  if high == 1:
+    return ""
+  return f", median of {low if low == high else f'{low}-{high}'} runs"
 
 
 def table(result) -> str:
@@ -258,10 +267,8 @@ def main(argv=None):
   else:
     results = [measure(args) for _ in range(args.runs)]
     result = results[0] if args.runs == 1 else combine(results)
-  runs = sorted({r.get("runs", 1) for r in result["rows"]})
-  median = ("" if runs == [1] else
-            f", median of {'-'.join(str(n) for n in sorted({runs[0], runs[-1]}))} runs")
-  print(f"\n{result['device']}, {result['model']} (random weights{median}); "
+  print(f"\n{result['device']}, {result['model']} (random weights"
+        f"{_runs_label(result['rows'])}); "
         f"device copy "
         f"{result['bandwidth_gb_s']:.4g} GB/s; matmul "
         + ", ".join(f"{dtype} {limits['matmul_gflop_s']:.4g} GFLOP/s"
