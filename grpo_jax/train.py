@@ -51,6 +51,7 @@ from grpo_jax import replay_rollout
 from grpo_jax import repo_rollout
 from grpo_jax import sharding
 from grpo_jax import update as update_lib
+from grpo_jax.rewards import workers as reward_workers
 from grpo_jax.models import loading
 from grpo_jax.models import lora
 
@@ -221,6 +222,8 @@ def build(config) -> Run:
   config_lib.validate(config)
   config_lib.check_files(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
+  if config.rewards.workers:  # their start overlaps loading and compiling
+    reward_workers.start(config.rewards.workers)
   model_config, params, frozen, tokenizer = load_policy(config)
   config = pin_hub_revision(config)
   optimizer = optim.make_optimizer(

@@ -256,6 +256,27 @@ def test_the_pool_is_shared_until_closed():
   assert workers.pool(WORKERS) is not first
 
 
+def test_start_warms_the_workers_up_before_the_first_call():
+  def math_verify_loaded(prompts, completions, answers):
+    return [float("math_verify" in sys.modules)]
+
+  def first_call():
+    (outcome,) = workers.run(
+        [(workers.dumps(math_verify_loaded), ("p", "c", "a"))], workers=1,
+        timeout_s=60.0, deadline_s=120.0)
+    assert outcome.error == ""
+    return outcome.reward
+
+  workers.close()
+  assert first_call() == 0.0  # a pool started by the call: not warmed up
+  workers.close()
+  workers.start(1)
+  started = workers.pool(1)
+  assert first_call() == 1.0
+  assert workers.pool(1) is started  # the call used the started pool
+  workers.close()
+
+
 @pytest.mark.parametrize("field, value", [
     ("workers", -1), ("timeout_s", 0.0), ("deadline_s", -1.0)])
 def test_invalid_reward_worker_fields_name_the_field(field, value):

@@ -6,13 +6,13 @@ worker costs that completion alone: past its timeout pebble kills the
 worker, and a dead worker is replaced. Tasks run in a worker's main thread,
 where math-verify's own (signal-based) timeout works.
 
-The pool starts on first use and serves the whole process (one per worker
-count); `close` stops it, and so does exit. Workers start with "spawn": the
-parent runs JAX, which is multithreaded and must never fork. A worker sets
-JAX to the CPU before any task and initialises no backend of its own. As
-every spawned child does, it re-imports the parent's ``__main__`` script,
-so a script that scores with workers keeps its work under
-``if __name__ == "__main__":``.
+The pool starts on first use, or ahead of it with `start`, and serves the
+whole process (one per worker count); `close` stops it, and so does exit.
+Workers start with "spawn": the parent runs JAX, which is multithreaded and
+must never fork. A worker sets JAX to the CPU before any task and
+initialises no backend of its own. As every spawned child does, it
+re-imports the parent's ``__main__`` script, so a script that scores with
+workers keeps its work under ``if __name__ == "__main__":``.
 
 A function is pickled once per `run` (`dumps`); the bytes go with each of
 its tasks and the worker keeps the unpickled function by them. Its side
@@ -145,6 +145,21 @@ def pool(workers: int) -> pebble.ProcessPool:
           max_workers=workers, initializer=_init_worker,
           context=multiprocessing.get_context("spawn"))
     return current
+
+
+def _ready() -> None:
+  """A worker's warm-up task: math-verify (the built-in verifiers' import,
+  seconds with sympy) loaded before the first completion needs it."""
+  importlib.import_module("math_verify")
+
+
+def start(workers: int) -> None:
+  """Starts the pool of `workers` now and warms each worker up in the
+  background, so that spawning them overlaps the trainer's model loading
+  and first sampling instead of lengthening the first step's scoring."""
+  current = pool(workers)
+  for _ in range(workers):
+    current.schedule(_ready)
 
 
 def close() -> None:
