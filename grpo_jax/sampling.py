@@ -405,7 +405,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
   # Under a mesh the N rows (and kv heads) are split from here on; the
   # decode step's own constraints keep the loop's cache split the same way.
   cache = sharding.constrain(cache, sharding.DECODE_CACHE)
-  layers = decoding.weights(params, config)
+  layers = decoding.weights(params, config,
+                            fused=decoding.fuse_projections())
   logits = repeat(logits)
   row_lengths = repeat(prompt_mask.sum(-1).astype(jnp.int32))  # [N]
   row_slots = repeat(prompt_slots)  # [N, L]

@@ -104,12 +104,16 @@ def test_greedy_cached_decoding_equals_full_forward(model, prompts):
   np.testing.assert_array_equal(out.logprobs, 0.0)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
 def test_decode_step_equals_full_forward_with_bias_and_qk_norm(
-    model_type, prompts):
+    model_type, fused, prompts, monkeypatch):
   """The feature-major decode step re-derives the block; Qwen2's q/k/v
   biases and Qwen3's q/k norms (both made non-trivial) must match the
-  uncached model too."""
+  uncached model too, with q/k/v and gate/up as separate dots (CPU) or
+  stacked (`decoding.fuse_projections`, GPU and TPU)."""
+  monkeypatch.setattr(decoding, "fuse_projections", lambda: fused)
+  jax.clear_caches()  # `sample` is cached by shapes, not by this choice
   config = testing.tiny_config(model_type, tie_word_embeddings=True,
                                max_position_embeddings=64)
   params = models.init_params(config, jax.random.key(1))
