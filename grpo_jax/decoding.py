@@ -59,7 +59,7 @@ def weights(params, config, *, fused=False):
 def fuse_projections() -> bool:
   """Whether `weights` should stack q/k/v and gate/up (`fused`): on GPU and
   TPU, where a decode step is bound by its kernel count (an H200 at batch
-  1: 532 -> 479 kernels a step, 1.13x faster; level at 8 and 32 rows), but
+  1: 532 -> 479 fused ops a step, 1.13x faster; level at 8 and 32 rows), but
   not on CPU, where the stacked dots ran slower, nor with heads split over
   a 'tensor' mesh axis, where the stacked rows would straddle devices."""
   mesh = jax.sharding.get_abstract_mesh()
