@@ -12,6 +12,7 @@ from grpo_jax import draw
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sampling
+from grpo_jax import sharding
 from grpo_jax import testing
 
 T = 6
@@ -134,6 +135,16 @@ def test_decode_step_equals_full_forward_with_bias_and_qk_norm(
                                  log_softmax(logits)[out.tokens[row, step]],
                                  atol=1e-4)
       sequence.append(int(out.tokens[row, step]))
+
+
+def test_projections_are_stacked_off_the_cpu_unless_heads_are_split(
+    monkeypatch):
+  assert not decoding.fuse_projections()  # this CPU: five dots
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert decoding.fuse_projections()
+  for shape, fused in [((1, 2, 1), True), ((1, 1, 2), False)]:
+    with jax.set_mesh(sharding.make_mesh(shape, devices=jax.devices()[:2])):
+      assert decoding.fuse_projections() == fused, shape
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
