@@ -51,9 +51,9 @@ from grpo_jax import replay_rollout
 from grpo_jax import repo_rollout
 from grpo_jax import sharding
 from grpo_jax import update as update_lib
-from grpo_jax.rewards import workers as reward_workers
 from grpo_jax.models import loading
 from grpo_jax.models import lora
+from grpo_jax.rewards import workers as reward_workers
 
 
 class TrainState(NamedTuple):

@@ -139,7 +139,9 @@ def test_decode_step_equals_full_forward_with_bias_and_qk_norm(
 
 def test_projections_are_stacked_off_the_cpu_unless_heads_are_split(
     monkeypatch):
-  assert not decoding.fuse_projections()  # this CPU: five dots
+  # The backend is set here, so the test holds on any machine.
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  assert not decoding.fuse_projections()  # CPU: five dots
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   assert decoding.fuse_projections()
   for shape, fused in [((1, 2, 1), True), ((1, 1, 2), False)]:
