@@ -56,7 +56,9 @@ def test_matmul_weights_count_a_tied_embedding_once_and_skip_an_untied_one():
 def _sampler_results():
   result = lambda speeds: dict(weights=1e9, weight_bytes=4e9,
                                tokens_per_s=dict(zip(("1", "8x8"), speeds)))
-  return dict(grpo_jax=result([2.0, 64.0]), hf=result([1.0, 32.0]),
+  # grpo_jax's dots alone take 0.25 s a step at 1 row, 0.5 s at 64.
+  grpo_jax = dict(result([2.0, 64.0]), dots_s={"1": 0.25, "8x8": 0.5})
+  return dict(grpo_jax=grpo_jax, hf=result([1.0, 32.0]),
               tunix=result([4.0, 64.0]))
 
 
@@ -66,6 +68,10 @@ def test_sampler_rows_give_ratios_floors_and_shares():
   assert (one["bound_tokens_per_s"], one["binding"]) == (2.5, "bandwidth")
   assert (one["ratio_vs_hf"], one["ratio_vs_tunix"]) == (2.0, 0.5)
   assert one["grpo_jax_share_of_bound"] == 0.8
+  # Dots alone: 1 row / 0.25 s = 4 tokens/s, of which 2 is half.
+  assert (one["dots_tokens_per_s"], one["grpo_jax_share_of_dots"]) == (4, 0.5)
+  assert many["dots_tokens_per_s"] == 128 and many[
+      "grpo_jax_share_of_dots"] == 0.5
   # 64 rows: 1.28 s of FLOPs per step binds.
   assert many["rows"] == 64 and many["binding"] == "matmul"
   assert many["bound_tokens_per_s"] == pytest.approx(50.0)
@@ -78,9 +84,9 @@ def test_sampler_table_has_a_column_per_framework():
   assert len(lines) == 4
   assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
   assert lines[2] == ("| 1 | 2.0 | 1.0 | 4.0 | 2.00x | 0.50x | 2.5 "
-                      "(bandwidth) | 80% | 40% | 160% |")
+                      "(bandwidth) | 80% | 40% | 160% | 4.0 | 50% |")
   alone = sampler_bench.table(rows, ["grpo_jax"]).splitlines()
-  assert alone[2] == "| 1 | 2.0 | 2.5 (bandwidth) | 80% |"
+  assert alone[2] == "| 1 | 2.0 | 2.5 (bandwidth) | 80% | 4.0 | 50% |"
 
 
 def test_sampler_runs_give_medians_and_ranges():
@@ -98,7 +104,27 @@ def test_sampler_runs_give_medians_and_ranges():
   line = sampler_bench.table([row], ["grpo_jax", "hf"]).splitlines()[2]
   assert line == ("| 1 | 4.0 (2.0-6.0) | 1.0 (1.0-1.0) | 4.00x (2.00-6.00x) "
                   "| 2.5 (bandwidth) | 160% (80-240%) "
-                  "| 40% (40-40%) |")
+                  "| 40% (40-40%) | 4.0 (4.0-4.0) | 100% (50-150%) |")
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_decode_dots_floor_times_every_projection_once(monkeypatch, fused):
+  """The floor's program holds each layer's 7 projection dots (4 with q/k/v
+  and gate/up stacked) and the output projection, and no other dot."""
+  import jax
+  from grpo_jax import decoding, models, testing
+  config = testing.tiny_config(num_layers=3)
+  params = models.init_params(config, jax.random.key(0))
+  monkeypatch.setattr(decoding, "fuse_projections", lambda: fused)
+  timed = []
+  monkeypatch.setattr(
+      sampler_bench.machine, "best_jax_seconds",
+      lambda fn, *args, repeats: timed.append((fn, args)) or 0.25)
+  assert sampler_bench.decode_dots_seconds(config, params, 8) == 0.25
+  (fn, args), = timed
+  program = fn.lower(*args).as_text()
+  assert program.count("stablehlo.dot_general") == 3 * (4 if fused else 7) + 1
+  assert jax.eval_shape(fn, *args).shape == (8, config.vocab_size)
 
 
 def test_sampler_skips_peers_on_request():

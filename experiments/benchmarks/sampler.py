@@ -22,7 +22,13 @@ import). Beside the figures, the machine's limits measured in the same run
 (`machine.py`) give each row a floor: a decode step reads every weight once
 and does 2 FLOPs per weight per row, so tokens/s <= rows / max(weight bytes /
 bandwidth, 2 W rows / matmul throughput); each figure is also given as a share
-of that bound.
+of that bound. A second floor is measured, not derived: one decode step's
+projection dots alone, in the sampler's own weight layout and XLA kernels
+(`decode_dots_seconds`), as tokens/s (rows / that time), with grpo_jax's
+share of it. It says how far the kernels are from the machine's bound and how
+much of a step the rest of the program takes; the sampler's figure also
+pays for the prefill, so a step of nothing but these dots would stay under
+100% too.
 
     nice python experiments/benchmarks/sampler.py --json /tmp/sampler.json
 
@@ -104,6 +110,43 @@ def grpo_jax_runner(config, params, tokens, mask, num_samples):
     out.tokens.block_until_ready()
     assert out.tokens.shape == (tokens.shape[0] * num_samples, NEW_TOKENS)
   return run
+
+
+def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
+  """One decode step's projection dots alone on `num_rows` rows, best of
+  `repeats`: every layer's q, k, v, o, gate, up and down matrix and the
+  output projection, in the decode step's layout (`decoding.weights`) and so
+  with the same XLA kernels, each dot waiting for the one before through an
+  elementwise op or two, as in the step. Attention, norms, RoPE, the draw and
+  loop control are left out: no program built around these dots decodes a
+  token faster on this machine."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from grpo_jax import decoding, models  # pylint: disable=g-import-not-at-top
+  layers = decoding.weights(params, config, fused=decoding.fuse_projections())
+  unembedding = models.unembedding(params, config)
+  q_rows = config.num_heads * config.head_dim
+  kv_rows = config.num_kv_heads * config.head_dim
+
+  @jax.jit
+  def dots(layers, unembedding, x):
+    for w in layers:
+      attn, mlp = w["attn"], w["mlp"]
+      if "qkv" in attn:
+        q, k, v = jnp.split(attn["qkv"] @ x, [q_rows, q_rows + kv_rows])
+      else:
+        q, k, v = (attn[name] @ x for name in "qkv")
+      x = x + attn["o"] @ (q * jnp.tile(k + v, (q_rows // kv_rows, 1)))
+      if "gate_up" in mlp:
+        gate, up = jnp.split(mlp["gate_up"] @ x, 2)
+      else:
+        gate, up = mlp["gate"] @ x, mlp["up"] @ x
+      x = x + mlp["down"] @ (gate * up)
+    return decoding.last_logits(x.T, unembedding)
+
+  x = jnp.full((config.hidden_size, num_rows), 1e-2, config.compute_dtype)
+  return machine.best_jax_seconds(dots, layers, unembedding, x,
+                                  repeats=repeats)
 
 
 # -------------------------------------------------------------- transformers
@@ -272,7 +315,7 @@ def run_worker(framework, batches, repeats) -> dict:
     result.update(version=importlib.metadata.version("google-tunix"),
                   logits_max_abs_diff=diff)
   else:
-    result.update(version=f"on jax {jax.__version__}")
+    result.update(version=f"on jax {jax.__version__}", dots_s={})
   for name in batches:
     num_prompts, num_samples = parse_batch(name)
     prompts = prompt_ids(tokenizer, num_prompts)
@@ -289,6 +332,11 @@ def run_worker(framework, batches, repeats) -> dict:
                                                                      repeats)
     print(f"# {LABELS[framework]} {name}: "
           f"{result['tokens_per_s'][name]:.1f} tokens/s", flush=True)
+    if framework == "grpo_jax":
+      result["dots_s"][name] = decode_dots_seconds(
+          config, params, num_prompts * num_samples)
+      print(f"# decode step's dots alone at {name}: "
+            f"{1e3 * result['dots_s'][name]:.1f} ms", flush=True)
   return result
 
 
@@ -310,7 +358,7 @@ def spawn_worker(framework, args) -> dict:
 
 
 def make_rows(results, limits: machine.Limits, batches):
-  """One dict per batch: every framework's tokens/s, ratios, floor, shares."""
+  """One dict per batch: every framework's tokens/s, ratios, floors, shares."""
   ours = results["grpo_jax"]
   rows = []
   for name in batches:
@@ -322,10 +370,13 @@ def make_rows(results, limits: machine.Limits, batches):
     row = dict(batch=name, rows=num_rows, bound_tokens_per_s=bound,
                binding=machine.decode_binding(
                    ours["weights"], ours["weight_bytes"], num_rows, limits))
+    row["dots_tokens_per_s"] = num_rows / ours["dots_s"][name]
     for framework, result in results.items():
       speed = result["tokens_per_s"][name]
       row[f"{framework}_tokens_per_s"] = speed
       row[f"{framework}_share_of_bound"] = speed / bound
+    row["grpo_jax_share_of_dots"] = (row["grpo_jax_tokens_per_s"]
+                                     / row["dots_tokens_per_s"])
     for peer in ("hf", "tunix"):
       if peer in results:
         row[f"ratio_vs_{peer}"] = (row["grpo_jax_tokens_per_s"]
@@ -335,14 +386,15 @@ def make_rows(results, limits: machine.Limits, batches):
 
 
 def table(rows, frameworks) -> str:
-  """Markdown: tokens/s per framework, ratios, the floor and the shares;
+  """Markdown: tokens/s per framework, ratios, the floors and the shares;
   with `machine.median_rows`' ranges, each measured figure's range in brackets
-  (the floor's median alone: each run's limits are printed above)."""
+  (the bound's median alone: each run's limits are printed above)."""
   peers = [f for f in ("hf", "tunix") if f in frameworks]
   header = ([f"{LABELS[f]} tokens/s" for f in frameworks]
             + [f"vs {LABELS[p]}" for p in peers]
             + ["bound tokens/s (binding)"]
-            + [f"{LABELS[f]} % of bound" for f in frameworks])
+            + [f"{LABELS[f]} % of bound" for f in frameworks]
+            + ["dots-only tokens/s", "grpo_jax % of dots-only"])
   lines = ["| batch | " + " | ".join(header) + " |",
            "|---" * (len(header) + 1) + "|"]
   for row in rows:
@@ -351,7 +403,9 @@ def table(rows, frameworks) -> str:
              + [cell(f"ratio_vs_{p}", ".2f", unit="x") for p in peers]
              + [f"{row['bound_tokens_per_s']:.1f} ({row['binding']})"]
              + [cell(f"{f}_share_of_bound", ".0f", 100, "%")
-                for f in frameworks])
+                for f in frameworks]
+             + [cell("dots_tokens_per_s", ".1f"),
+                cell("grpo_jax_share_of_dots", ".0f", 100, "%")])
     lines.append(f"| {row['batch']} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
