@@ -4,7 +4,8 @@
 plain, or over the top-k / top-p set), the log-prob of the token under the
 distribution sampled from and under the plain tempered one, and the row's
 entropy (see `sampling`'s docstring for the two log-probs). `categorical`
-is the plain draw: inverse-CDF sampling with one uniform per row.
+is the plain draw: inverse-CDF sampling with one uniform per row, and
+`argmax` the greedy one; both walk the vocabulary in blocks.
 `entropy_temperature` is HAPO's per-token temperature.
 """
 
@@ -54,6 +55,27 @@ def next_token(logits, key, temperature, *, greedy, top_k, top_p):
                  top_p=top_p)
 
 
+def _blocks(x, block, fill):
+  """[N, V] -> [N, ceil(V / block), block], the last block padded with
+  `fill`."""
+  n, v = x.shape
+  x = jnp.pad(x, ((0, 0), (0, -v % block)), constant_values=fill)
+  return x.reshape(n, -1, block)
+
+
+def argmax(logits, *, block: int = 256):
+  """``jnp.argmax(logits, axis=-1)``, [N, V] -> [N] int32 (the first
+  maximum; NaN counts as the largest), in two levels: the first block
+  holding the row's maximum, then the first maximum inside it. XLA:CPU runs
+  an argmax as a reduce over (value, index) pairs that it does not
+  vectorise: over SmolLM2's 49152 logits, 0.9 / 3.5 ms at 8 / 32 rows
+  against 0.06 / 0.19 ms in blocks, at every greedy decode step."""
+  blocks = _blocks(logits, block, -jnp.inf)
+  chosen = jnp.argmax(blocks.max(axis=-1), axis=-1)
+  inner = jnp.take_along_axis(blocks, chosen[:, None, None], axis=1)[:, 0]
+  return (chosen * block + jnp.argmax(inner, axis=-1)).astype(jnp.int32)
+
+
 def categorical(key, logits, *, block: int = 256):
   """One draw per row from ``softmax(logits)``, [N, V] -> [N] int32.
 
@@ -66,10 +88,9 @@ def categorical(key, logits, *, block: int = 256):
   ms against 7.7 and 35 ms). Ids of probability 0 (``-inf`` logits) are never
   drawn, even where float rounding leaves u past the last cumulative sum.
   """
-  n, v = logits.shape
-  weights = jnp.exp(logits - logits.max(axis=-1, keepdims=True))
-  weights = jnp.pad(weights, ((0, 0), (0, -v % block)))
-  weights = weights.reshape(n, -1, block)
+  n = logits.shape[0]
+  weights = _blocks(jnp.exp(logits - logits.max(axis=-1, keepdims=True)),
+                    block, 0.0)
   block_mass = weights.sum(axis=-1)  # [N, blocks]
   block_cum = jnp.cumsum(block_mass, axis=-1)
   u = (1.0 - jax.random.uniform(key, (n,))) * block_cum[:, -1]
@@ -97,7 +118,7 @@ def _draw(logits, key, temperature, *, greedy, top_k, top_p):
   # rounded as logprobs.token_logprobs does: (z_y - max) - log sum exp(z - max).
   shifted, log_total, entropies = _softmax_parts(scaled)
   if greedy:
-    tokens = jnp.argmax(logits, axis=-1)
+    tokens = argmax(logits)
     truncated_logprobs = jnp.zeros(tokens.shape, jnp.float32)
   elif top_k is None and top_p is None:
     tokens = categorical(key, scaled)
@@ -118,7 +139,7 @@ def _draw(logits, key, temperature, *, greedy, top_k, top_p):
         - jax.nn.logsumexp(values, axis=-1))
   if not greedy:
     # Greedy rows among sampled ones: argmax, from a point mass.
-    tokens = jnp.where(greedy_rows, jnp.argmax(logits, axis=-1), tokens)
+    tokens = jnp.where(greedy_rows, argmax(logits), tokens)
   tempered_logprobs = (
       jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0] - log_total)
   if truncated_logprobs is None:

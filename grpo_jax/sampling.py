@@ -73,7 +73,6 @@ from grpo_jax import decoding
 from grpo_jax import draw
 from grpo_jax import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
-from grpo_jax import models
 from grpo_jax import sharding
 from grpo_jax.models import lora
 
@@ -380,12 +379,12 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
   # directly) means every row.
   temperature = jnp.broadcast_to(temperature, (num_rows,))
   cache_length = prompt_length + max_new_tokens
-  # Hoisted out of the loop: the (possibly transposed) output matrix.
-  unembedding = models.unembedding(params, config)
+  # Hoisted out of the loop: the output matrix, vocabulary-major.
+  rows = decoding.output_rows(params, config)
 
   prompt_slots = jnp.pad(prompt_mask, ((0, 0), (0, max_new_tokens)))  # [P, L]
   cache, logits = decoding.prefill(params, config, prompt_tokens,
-                                   prompt_mask, prompt_slots, unembedding)
+                                   prompt_mask, prompt_slots, rows)
 
   slots = jnp.arange(cache_length)
   # Groups share the prefilled prompt: rows p*G + g copy prompt p (or,
@@ -462,7 +461,7 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
         params, layers, config, state.last_tokens, row_lengths + step - 1,
         attention_mask, state.cache, slot)
     state = state._replace(cache=cache)
-    return record(state, step, decoding.last_logits(hidden, unembedding))
+    return record(state, step, decoding.decode_logits(hidden, rows))
 
   empty = jnp.zeros((num_rows, max_new_tokens), jnp.float32)
   state = DecodeState(

@@ -536,6 +536,26 @@ def test_greedy_smollm2_matches_transformers_generate():
 
 
 @pytest.mark.parametrize("block", [4, 256])
+def test_argmax_in_blocks_takes_the_first_maximum(block):
+  """As np.argmax: the first of tied maxima (within a block of 4 and across
+  blocks), the first NaN, 0 for a row of -inf, and an id in the padded last
+  block (10 ids in blocks of 4)."""
+  logits = np.random.default_rng(0).normal(size=(6, 10)).astype(np.float32)
+  logits[1, [2, 7]] = 5.0
+  logits[2, [1, 2]] = 5.0
+  logits[3, [3, 8]] = np.nan
+  logits[4] = -np.inf
+  logits[5, 9] = 9.0
+  got = jax.jit(functools.partial(draw.argmax, block=block))(logits)
+  assert got.dtype == jnp.int32
+  np.testing.assert_array_equal(got[1:], [2, 1, 3, 0, 9])
+  assert got[0] == np.argmax(logits[0])
+  wide = np.random.default_rng(1).normal(size=(8, 1000)).astype(np.float32)
+  np.testing.assert_array_equal(draw.argmax(wide, block=block),
+                                np.argmax(wide, axis=-1))
+
+
+@pytest.mark.parametrize("block", [4, 256])
 def test_categorical_draws_the_softmax_distribution(block):
   """Frequencies of 40000 draws are within 5 sigma of softmax(logits), ids
   of -inf logits never come up, and blocks of 4 over 10 ids (padded to 12)

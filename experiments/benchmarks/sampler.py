@@ -122,14 +122,14 @@ def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
   token faster on this machine."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from grpo_jax import decoding, models  # pylint: disable=g-import-not-at-top
+  from grpo_jax import decoding  # pylint: disable=g-import-not-at-top
   layers = decoding.weights(params, config, fused=decoding.fuse_projections())
-  unembedding = models.unembedding(params, config)
+  rows = decoding.output_rows(params, config)
   q_rows = config.num_heads * config.head_dim
   kv_rows = config.num_kv_heads * config.head_dim
 
   @jax.jit
-  def dots(layers, unembedding, x):
+  def dots(layers, rows, x):
     for w in layers:
       attn, mlp = w["attn"], w["mlp"]
       if "qkv" in attn:
@@ -142,11 +142,10 @@ def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
       else:
         gate, up = mlp["gate"] @ x, mlp["up"] @ x
       x = x + mlp["down"] @ (gate * up)
-    return decoding.last_logits(x.T, unembedding)
+    return decoding.decode_logits(x, rows)
 
   x = jnp.full((config.hidden_size, num_rows), 1e-2, config.compute_dtype)
-  return machine.best_jax_seconds(dots, layers, unembedding, x,
-                                  repeats=repeats)
+  return machine.best_jax_seconds(dots, layers, rows, x, repeats=repeats)
 
 
 # -------------------------------------------------------------- transformers
