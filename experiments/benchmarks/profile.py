@@ -11,10 +11,7 @@ names, the einsum equations, `jax.named_scope`s), then printed as shares:
 - matmul: the dense projections (q, k, v, o, MLP), forward and backward;
 - attention: scores, softmax, weighted values, RoPE (everything else under
   ``attn/``), and the KV cache writes;
-- logits: the output projection and the (log-)softmax over the vocabulary
-  (at 8 and more rows the decode step's projection is an Eigen dot whose
-  trace event covers far less than its work: that work shows as host and
-  idle);
+- logits: the output projection and the (log-)softmax over the vocabulary;
 - sample: drawing the token (noise, argmax, top-k);
 - layers: per-layer weight slicing / gradient stacking of the layer scan;
 - other: norms, SiLU, residual adds, embedding, optimiser, bookkeeping.
