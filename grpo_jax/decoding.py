@@ -9,8 +9,8 @@ stacked arrays at every step; measured 1.3-1.5x faster at batch 1), and
 keeps its activations feature-major, ``[D, N]``, against weights laid out
 ``[out, in]`` once per call (`weights` says why; 1.15x / 1.34x faster at
 8 / 32 rows on SmolLM2-135M, level at 1); the logits of both passes come
-vocabulary-major from the embedding as it is (`decode_logits`). Tests hold
-it to the uncached model, token for token (tests/test_sampling.py).
+vocabulary-major (`decode_logits`), from the tied embedding as it is. Tests
+hold it to the uncached model, token for token (tests/test_sampling.py).
 """
 
 import jax
@@ -193,7 +193,10 @@ def forward(params, layers, config, tokens, positions, attention_mask,
 
 def output_rows(params, config):
   """The output projection vocabulary-major, [V, D], for `decode_logits`:
-  the embedding itself when tied (no copy), else lm_head transposed once."""
+  the embedding itself when tied (no copy), else lm_head transposed once
+  per sampling call (as `weights` lays out every other matrix). Kept in the
+  params' dtype, as `models.unembedding`: the logits are a float32 matmul
+  over float32 master weights in the sampler and the trainer alike."""
   if config.tie_word_embeddings:
     return params["embed"]
   return params["lm_head"].T

@@ -65,7 +65,8 @@ def _blocks(x, block, fill):
 
 def argmax(logits, *, block: int = 256):
   """``jnp.argmax(logits, axis=-1)``, [N, V] -> [N] int32 (the first
-  maximum; NaN counts as the largest), in two levels: the first block
+  maximum; NaN counts as the largest, as XLA's max propagates it), in two
+  levels: the first block
   holding the row's maximum, then the first maximum inside it. XLA:CPU runs
   an argmax as a reduce over (value, index) pairs that it does not
   vectorise: over SmolLM2's 49152 logits, 0.9 / 3.5 ms at 8 / 32 rows

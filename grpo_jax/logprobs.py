@@ -19,9 +19,10 @@ elementwise pass, and accumulates the gradients of the hidden states and of
 the unembedding.
 
 The sampler computes logits for one position at a time and must score them
-exactly as the trainer does (PITFALLS: temperature on one side only): it uses
-`project_logits` and the same float32 rounding, ``(z - max) - log(sum(exp(z -
-max)))``. `tempered_log_softmax` is that formula over a whole [..., V] array
+exactly as the trainer does (PITFALLS: temperature on one side only): it
+takes the same products with float32 accumulation (`project_logits`; the
+sampler's `decoding.decode_logits` computes them vocabulary-major) and the
+same float32 rounding, ``(z - max) - log(sum(exp(z - max)))``. `tempered_log_softmax` is that formula over a whole [..., V] array
 (the naive reference of the tests and the loss benchmark).
 
 Temperature is one number or one per row (``[N]``, the sampler's per-row

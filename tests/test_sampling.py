@@ -105,24 +105,26 @@ def test_greedy_cached_decoding_equals_full_forward(model, prompts):
   np.testing.assert_array_equal(out.logprobs, 0.0)
 
 
+@pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
 def test_decode_step_equals_full_forward_with_bias_and_qk_norm(
-    model_type, fused, prompts, monkeypatch):
+    model_type, fused, tied, prompts, monkeypatch):
   """The feature-major decode step re-derives the block; Qwen2's q/k/v
   biases and Qwen3's q/k norms (both made non-trivial) must match the
   uncached model too, with q/k/v and gate/up as separate dots (CPU) or
-  stacked (`decoding.fuse_projections`, GPU and TPU)."""
+  stacked (`decoding.fuse_projections`, GPU and TPU), and the logits from
+  the tied embedding or an untied lm_head (`decoding.output_rows`)."""
   monkeypatch.setattr(decoding, "fuse_projections", lambda: fused)
   jax.clear_caches()  # `sample` is cached by shapes, not by this choice
-  config = testing.tiny_config(model_type, tie_word_embeddings=True,
+  config = testing.tiny_config(model_type, tie_word_embeddings=tied,
                                max_position_embeddings=64)
   params = models.init_params(config, jax.random.key(1))
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(jax.random.key(2), len(leaves))
   # Peaked logits (no argmax near-ties); biases and norm scales off 0 / 1.
   params = jax.tree.unflatten(tree, [
-      x * 20.0 if x.ndim == 3 or x.shape[0] == config.vocab_size
+      x * 20.0 if x.ndim == 3 or config.vocab_size in x.shape
       else x + 0.5 * jax.random.normal(k, x.shape)
       for x, k in zip(leaves, keys)])
   out = run((config, params), prompts, greedy=True)

@@ -118,8 +118,9 @@ def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
   output projection, in the decode step's layout (`decoding.weights`) and so
   with the same XLA kernels, each dot waiting for the one before through an
   elementwise op or two, as in the step. Attention, norms, RoPE, the draw and
-  loop control are left out: no program built around these dots decodes a
-  token faster on this machine."""
+  loop control are left out: no program built around these dots, in this
+  layout, decodes a token faster on this machine. Best of `repeats`, a
+  floor (the sampler's figure is the best of `--repeats`)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from grpo_jax import decoding  # pylint: disable=g-import-not-at-top
@@ -144,6 +145,7 @@ def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
       x = x + mlp["down"] @ (gate * up)
     return decoding.decode_logits(x, rows)
 
+  # The values (which may overflow over the layers) do not change the time.
   x = jnp.full((config.hidden_size, num_rows), 1e-2, config.compute_dtype)
   return machine.best_jax_seconds(dots, layers, rows, x, repeats=repeats)
 
