@@ -35,6 +35,7 @@ from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
+from grpo_jax import huge_pages
 from grpo_jax import saved_runs
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -97,4 +98,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  huge_pages.enable()  # first: it re-executes this process
   app.run(main)

@@ -26,6 +26,7 @@ import tqdm
 
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
+from grpo_jax import huge_pages
 from grpo_jax import sharding
 from grpo_jax import train as train_lib
 
@@ -76,4 +77,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  huge_pages.enable()  # first: it re-executes this process
   app.run(main)

@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from grpo_jax import huge_pages
+
 
 class Limits(NamedTuple):
   """What this machine can do, as measured."""
@@ -174,4 +176,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  huge_pages.enable()  # first: it re-executes this process
   main()

@@ -56,6 +56,7 @@ if __package__ in (None, ""):  # run as a script: make `experiments` importable
   sys.path.insert(0, str(REPO_ROOT))
 # pylint: disable-next=wrong-import-position
 from experiments.benchmarks import machine
+from grpo_jax import huge_pages
 
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
@@ -295,7 +296,8 @@ def run_worker(framework, batches, repeats) -> dict:
   config, params, tokenizer = models.load(MODEL)
   weights, weight_bytes = machine.matmul_weights(params)
   result = dict(framework=framework, weights=weights,
-                weight_bytes=weight_bytes, tokens_per_s={})
+                weight_bytes=weight_bytes, tokens_per_s={},
+                huge_pages=huge_pages.describe())
   if framework == "hf":
     import transformers  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
@@ -419,7 +421,8 @@ def setup_line(results, limits, repeats, load_before) -> str:
       f"{os.getloadavg()[0]:.2f} after", machine.describe(limits),
       f"{ours['weights'] / 1e6:.0f} M weights, "
       f"{ours['weight_bytes'] / 1e6:.0f} MB read per decode step",
-      f"{NEW_TOKENS} new tokens, temperature 1, best of {repeats}"]
+      f"{NEW_TOKENS} new tokens, temperature 1, best of {repeats}",
+      f"every worker: {ours['huge_pages']}"]
   parts += [f"{LABELS[f]} {r['version']}" for f, r in results.items()]
   if "tunix" in results:
     parts.append("Tunix logits vs grpo_jax: max abs diff "
@@ -491,4 +494,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  huge_pages.enable()  # first: it re-executes this process
   main()
