@@ -29,13 +29,16 @@ file or field, k above num_samples) stops before any model is loaded.
 
 import json
 
+if __name__ == "__main__":  # before the imports below, which a re-exec
+  from grpo_jax import huge_pages  # would load twice
+  huge_pages.enable()
+
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
-from grpo_jax import huge_pages
 from grpo_jax import saved_runs
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -98,5 +101,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
   app.run(main)

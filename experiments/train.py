@@ -19,6 +19,10 @@ the progress bar and writes metrics; every process saves checkpoints.
 
 import os
 
+if __name__ == "__main__":  # before the imports below, which a re-exec
+  from grpo_jax import huge_pages  # would load twice
+  huge_pages.enable()
+
 from absl import app
 from absl import flags
 from ml_collections import config_flags
@@ -26,7 +30,6 @@ import tqdm
 
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
-from grpo_jax import huge_pages
 from grpo_jax import sharding
 from grpo_jax import train as train_lib
 
@@ -77,5 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
   app.run(main)

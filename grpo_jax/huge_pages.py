@@ -2,14 +2,15 @@
 
 A decode step streams every weight once per token. On 4 KiB pages that
 stream walks the page tables at every few KiB; on 2 MiB pages it does not:
-on a 2-core AMD EPYC the sampler ran 1.1x faster at batch 1 and 8
-(`experiments/benchmarks/sampler.py`, README "Sampler"). Linux commonly
+on a 2-core AMD EPYC the sampler ran 1.17x faster at batch 1 and 1.09x
+at 8 rows (`experiments/benchmarks/sampler.py`, README "Benchmarks"). Linux commonly
 gives huge pages only where a process asks (`transparent_hugepage` in
 "madvise" mode), and XLA:CPU gets its buffers from glibc's malloc, which
-asks when its tunable ``glibc.malloc.hugetlb=1`` is set. glibc reads
-tunables when the process starts, so `enable` re-executes the entry point
-once with it set; our entry points (`experiments.train`, the benchmarks)
-call it first. A notebook or script of yours can set the variable itself:
+asks when its tunable ``glibc.malloc.hugetlb=1`` is set (glibc 2.35 and
+later). glibc reads tunables when the process starts, so `enable`
+re-executes the entry point once with it set; our entry points
+(`experiments.train`, `experiments.evaluate`, the benchmarks) call it
+first. A notebook or script of yours can set the variable itself:
 ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1 jupyter lab``. Setting
 ``glibc.malloc.hugetlb=0`` turns it off.
 """
@@ -36,29 +37,38 @@ def thp_mode(path: str = THP_MODE_FILE) -> str:
 def tunables_with_huge_pages(environ, mode: str):
   """The GLIBC_TUNABLES value that asks for huge pages, or None where
   nothing is to change: the kernel gives them without asking ('always') or
-  never, the C library is not glibc, or the tunable is already set (either
-  way: 0 is the user's opt-out)."""
+  never, the C library is not glibc 2.35+, or the tunable is already set
+  (either way: 0 is the user's opt-out)."""
   current = environ.get("GLIBC_TUNABLES", "")
-  if (mode != "madvise" or not _is_glibc()
-      or any(item.split("=")[0] == TUNABLE for item in current.split(":"))):
+  if (mode != "madvise" or not glibc_has_the_tunable()
+      or _setting(current) is not None):
     return None
   return ":".join(filter(None, [current, f"{TUNABLE}=1"]))
 
 
-def _is_glibc() -> bool:
+def _setting(tunables: str):
+  """Our tunable's ``name=value`` item in a GLIBC_TUNABLES value, or None."""
+  return next((item for item in tunables.split(":")
+               if item.split("=")[0] == TUNABLE), None)
+
+
+def glibc_has_the_tunable() -> bool:
+  """Whether the C library is glibc 2.35 or later, the first with the tunable."""
   try:
-    return bool(os.confstr("CS_GNU_LIBC_VERSION"))
-  except (ValueError, OSError):  # not a name this system knows
+    name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+  except (ValueError, OSError, AttributeError):  # not glibc
     return False
+  return name == "glibc" and tuple(map(int, version.split(".")[:2])) >= (2, 35)
 
 
 def enable() -> None:
   """Re-executes this process (same interpreter, same arguments, same pid)
   with GLIBC_TUNABLES asking for huge pages, where that changes anything;
-  returns at once otherwise. Call it first in an entry point's ``__main__``,
-  before any work: nothing done before it survives."""
+  returns at once otherwise (and always in an IPython kernel, which it must
+  not restart). Call it first in an entry point's ``__main__``, before any
+  work and ideally before heavy imports: nothing done before it survives."""
   tunables = tunables_with_huge_pages(os.environ, thp_mode())
-  if tunables is None:
+  if tunables is None or "IPython" in sys.modules:
     return
   sys.stdout.flush()
   sys.stderr.flush()
@@ -68,7 +78,7 @@ def enable() -> None:
 
 def describe() -> str:
   """This process's setting, for a benchmark's setup line."""
-  value = next((item for item in
-                os.environ.get("GLIBC_TUNABLES", "").split(":")
-                if item.split("=")[0] == TUNABLE), f"{TUNABLE} unset")
+  value = _setting(os.environ.get("GLIBC_TUNABLES", "")) or f"{TUNABLE} unset"
+  if not glibc_has_the_tunable():
+    value += " (no effect: not glibc 2.35+)"
   return f"transparent huge pages {thp_mode() or 'n/a'}, {value}"

@@ -1,5 +1,6 @@
 """grpo_jax.huge_pages: when the tunable is asked for, and that it works."""
 
+import os
 import subprocess
 import sys
 
@@ -38,7 +39,7 @@ def test_thp_mode_is_empty_without_the_file(tmp_path):
 ])
 def test_tunables_ask_only_where_it_changes_something(environ, mode,
                                                       expected):
-  if not huge_pages._is_glibc():  # pylint: disable=protected-access
+  if not huge_pages.glibc_has_the_tunable():
     expected = None
   assert huge_pages.tunables_with_huge_pages(environ, mode) == expected
 
@@ -63,14 +64,16 @@ print(os.environ.get("GLIBC_TUNABLES"),
     huge_pages.tunables_with_huge_pages({}, huge_pages.thp_mode()) is None,
     reason="this kernel or C library gives nothing to ask for")
 def test_enable_reexecutes_once_and_buffers_get_huge_pages():
+  unset = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
   out = subprocess.run([sys.executable, "-c", REPORT], capture_output=True,
-                       text=True, check=True).stdout.split()
+                       text=True, check=True, env=unset,
+                       timeout=120).stdout.split()
   tunables, huge_kib = out
   assert tunables == "glibc.malloc.hugetlb=1"  # set once, not appended twice
   assert int(huge_kib) >= 2048, out  # at least one 2 MiB page
   # Opted out: no re-exec, no huge pages from malloc.
   out = subprocess.run([sys.executable, "-c", REPORT], capture_output=True,
-                       text=True, check=True,
-                       env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0",
-                            "PATH": "/usr/bin:/bin"}).stdout.split()
+                       text=True, check=True, timeout=120,
+                       env=dict(unset, GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
+                       ).stdout.split()
   assert out == ["glibc.malloc.hugetlb=0", "0"], out
