@@ -3,14 +3,14 @@
 A decode step streams every weight once per token. On 4 KiB pages that
 stream walks the page tables at every few KiB; on 2 MiB pages it does not:
 on a 2-core AMD EPYC the sampler ran 1.17x faster at batch 1 and 1.09x
-at 8 rows (`experiments/benchmarks/sampler.py`, README "Benchmarks"). Linux commonly
-gives huge pages only where a process asks (`transparent_hugepage` in
-"madvise" mode), and XLA:CPU gets its buffers from glibc's malloc, which
-asks when its tunable ``glibc.malloc.hugetlb=1`` is set (glibc 2.35 and
-later). glibc reads tunables when the process starts, so `enable`
-re-executes the entry point once with it set; our entry points
-(`experiments.train`, `experiments.evaluate`, the benchmarks) call it
-first. A notebook or script of yours can set the variable itself:
+at 8 rows (`experiments/benchmarks/sampler.py`, README "Benchmarks").
+Linux commonly gives huge pages only where a process asks
+(`transparent_hugepage` in "madvise" mode), and XLA:CPU gets its buffers
+from glibc's malloc, which asks when its tunable
+``glibc.malloc.hugetlb=1`` is set (glibc 2.35 and later). glibc reads
+tunables when the process starts, so `enable` re-executes the entry point
+once with it set; our entry points (`experiments.train`,
+`experiments.evaluate`, the benchmarks) call it first. A notebook or script of yours can set the variable itself:
 ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1 jupyter lab``. Setting
 ``glibc.malloc.hugetlb=0`` turns it off.
 """
@@ -53,7 +53,7 @@ def _setting(tunables: str):
 
 
 def glibc_has_the_tunable() -> bool:
-  """Whether the C library is glibc 2.35 or later, the first with the tunable."""
+  """Whether the C library is glibc 2.35+ (the first with the tunable)."""
   try:
     name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
   except (ValueError, OSError, AttributeError):  # not glibc
