@@ -52,13 +52,21 @@ def _setting(tunables: str):
                if item.split("=")[0] == TUNABLE), None)
 
 
-def glibc_has_the_tunable() -> bool:
-  """Whether the C library is glibc 2.35+ (the first with the tunable)."""
+def libc_version() -> str:
+  """This process's C library as glibc names it ('glibc 2.36'), or ''."""
   try:
-    name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
-  except (ValueError, OSError, AttributeError):  # not glibc
+    return os.confstr("CS_GNU_LIBC_VERSION") or ""
+  except (ValueError, OSError):  # not a name this system knows: not glibc
+    return ""
+
+
+def glibc_has_the_tunable(version=None) -> bool:
+  """Whether `version` (default: this process's `libc_version`) is glibc
+  2.35+, the first with the tunable."""
+  parts = (libc_version() if version is None else version).split()
+  if len(parts) != 2 or parts[0] != "glibc":
     return False
-  return name == "glibc" and tuple(map(int, version.split(".")[:2])) >= (2, 35)
+  return tuple(int(x) for x in parts[1].split(".")[:2]) >= (2, 35)
 
 
 def enable() -> None:

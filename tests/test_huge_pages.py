@@ -44,6 +44,15 @@ def test_tunables_ask_only_where_it_changes_something(environ, mode,
   assert huge_pages.tunables_with_huge_pages(environ, mode) == expected
 
 
+@pytest.mark.parametrize("version, has", [
+    ("glibc 2.36", True), ("glibc 2.35", True), ("glibc 3.0", True),
+    ("glibc 2.34", False), ("glibc 2.31", False), ("", False),
+    ("musl 1.2.4", False),
+])
+def test_only_glibc_2_35_and_later_has_the_tunable(version, has):
+  assert huge_pages.glibc_has_the_tunable(version) is has
+
+
 REPORT = """
 import ctypes, os, re
 from grpo_jax import huge_pages
