@@ -30,8 +30,8 @@ file or field, k above num_samples) stops before any model is loaded.
 import json
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
-  from grpo_jax import huge_pages  # would load twice
-  huge_pages.enable()
+  from grpo_jax import allocator  # would load twice
+  allocator.enable()
 
 from absl import app
 from absl import flags

@@ -20,8 +20,8 @@ the progress bar and writes metrics; every process saves checkpoints.
 import os
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
-  from grpo_jax import huge_pages  # would load twice
-  huge_pages.enable()
+  from grpo_jax import allocator  # would load twice
+  allocator.enable()
 
 from absl import app
 from absl import flags

@@ -48,7 +48,7 @@ import numpy as np
 from experiments.benchmarks import loss as loss_bench
 from experiments.benchmarks import machine
 from experiments.benchmarks import profile
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 from grpo_jax import models
 
 # Hugging Face config.json files shipped with the package; read directly
@@ -281,5 +281,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks import machine
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 
 CONFIGS = ("jax_chunked", "jax_naive", "torch_log_softmax", "torch_selective",
            "torch_log_softmax_from_logits", "torch_selective_from_logits")
@@ -349,5 +349,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

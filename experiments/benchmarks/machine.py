@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 
 
 class Limits(NamedTuple):
@@ -176,5 +176,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import batch as batch_lib
-from grpo_jax import data, huge_pages, models, sampling
+from grpo_jax import allocator, data, models, sampling
 
 QUESTIONS = ("What is 7 + 5?", "Name three colours.",
              "Write one sentence about the sea.", "What is 12 * 3?")
@@ -83,5 +83,5 @@ def main():
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from experiments.benchmarks import machine
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 
 CATEGORIES = ("prefill", "matmul", "attention", "logits", "sample", "layers",
               "other")
@@ -227,5 +227,5 @@ def profile_all(config, params, prompt_ids, args, threads):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

@@ -56,7 +56,7 @@ if __package__ in (None, ""):  # run as a script: make `experiments` importable
   sys.path.insert(0, str(REPO_ROOT))
 # pylint: disable-next=wrong-import-position
 from experiments.benchmarks import machine
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
@@ -297,7 +297,7 @@ def run_worker(framework, batches, repeats) -> dict:
   weights, weight_bytes = machine.matmul_weights(params)
   result = dict(framework=framework, weights=weights,
                 weight_bytes=weight_bytes, tokens_per_s={},
-                huge_pages=huge_pages.describe())
+                malloc=allocator.describe())
   if framework == "hf":
     import transformers  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
@@ -422,7 +422,7 @@ def setup_line(results, limits, repeats, load_before) -> str:
       f"{ours['weights'] / 1e6:.0f} M weights, "
       f"{ours['weight_bytes'] / 1e6:.0f} MB read per decode step",
       f"{NEW_TOKENS} new tokens, temperature 1, best of {repeats}",
-      f"every worker: {ours['huge_pages']}"]
+      f"every worker: {ours['malloc']}"]
   parts += [f"{LABELS[f]} {r['version']}" for f, r in results.items()]
   if "tunix" in results:
     parts.append("Tunix logits vs grpo_jax: max abs diff "
@@ -494,5 +494,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()

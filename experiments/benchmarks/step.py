@@ -92,7 +92,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks import machine
-from grpo_jax import huge_pages
+from grpo_jax import allocator
 
 NUM_GENERATIONS = 8
 MAX_NEW_TOKENS = 64
@@ -776,7 +776,7 @@ def main(argv=None):
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"{machine.describe(limits)}; mean of {args.steps} steps after one "
         f"warm-up step; beta={args.beta}, loss_type={args.loss_type} "
-        f"({LOSS_TYPES[args.loss_type]}); {huge_pages.describe()}")
+        f"({LOSS_TYPES[args.loss_type]}); {allocator.describe()}")
   if args.runs > 1:
     print(f"median of {args.runs} runs, the range in brackets; " + "; ".join(
         f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))
@@ -822,5 +822,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  huge_pages.enable()  # first: it re-executes this process
+  allocator.enable()  # first: it re-executes this process
   main()
