@@ -31,7 +31,7 @@ import json
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
   from grpo_jax import allocator  # would load twice
-  allocator.enable()
+  allocator.enable(keep_freed=False)  # decoding only
 
 from absl import app
 from absl import flags

@@ -17,8 +17,9 @@ step streams every weight once per token. Two settings help:
   memory (slowest a few seconds after it was freed: that virtual machine
   hands freed pages back to its host), and the update right after a
   rollout lost 0.7-2 s to it against 3.3 s back to back. A 1 x 8 GRPO
-  step ran 1.13x faster; the sampler alone about 4-6% slower (cause not
-  found), and the process keeps its peak memory until it exits.
+  step ran 1.13x faster; the sampler alone slower (4-25% at 8 rows, cause
+  not found), so decoding-only entry points leave it off. The process
+  keeps its peak memory until it exits.
 
 glibc reads tunables when the process starts, so `enable` re-executes the
 entry point once with them set; our entry points (`experiments.train`,
@@ -69,30 +70,35 @@ def is_glibc_at_least(minimum, version=None) -> bool:
   return tuple(int(x) for x in parts[1].split(".")[:2]) >= minimum
 
 
-def tunables(environ, mode: str, version=None):
+def tunables(environ, mode: str, version=None, keep_freed: bool = True):
   """The GLIBC_TUNABLES value with our settings added, or None where
   nothing is to change: not glibc 2.26+, or the user already sets one of
   them (their choice wins, all of ours stay off). Huge pages only where
-  the kernel gives them on request ('madvise') and glibc is 2.35+."""
+  the kernel gives them on request ('madvise') and glibc is 2.35+; freed
+  memory kept unless `keep_freed` is False."""
   current = environ.get("GLIBC_TUNABLES", "")
   names = {item.split("=")[0] for item in current.split(":")}
   if (not is_glibc_at_least((2, 26), version)
       or names & (HUGE_PAGES.keys() | KEEP_FREED.keys())):
     return None
-  ours = dict(KEEP_FREED)
+  ours = dict(KEEP_FREED) if keep_freed else {}
   if mode == "madvise" and is_glibc_at_least((2, 35), version):
     ours.update(HUGE_PAGES)
+  if not ours:
+    return None
   return ":".join(filter(None, [current] + [f"{name}={value}" for name,
                                             value in ours.items()]))
 
 
-def enable() -> None:
+def enable(keep_freed: bool = True) -> None:
   """Re-executes this process (same interpreter, same arguments, same pid)
   with our malloc settings in GLIBC_TUNABLES, where that changes anything;
   returns at once otherwise (and always in an IPython kernel, which it must
   not restart). Call it first in an entry point's ``__main__``, before any
-  work and ideally before heavy imports: nothing done before it survives."""
-  value = tunables(os.environ, thp_mode())
+  work and ideally before heavy imports: nothing done before it survives.
+  Decoding alone (evaluation, the sampler benchmark) passes
+  ``keep_freed=False``: it ran slower with it (README, Benchmarks)."""
+  value = tunables(os.environ, thp_mode(), keep_freed=keep_freed)
   if value is None or "IPython" in sys.modules:
     return
   sys.stdout.flush()

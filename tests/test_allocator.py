@@ -56,6 +56,15 @@ def test_tunables_added_only_where_they_change_something(environ, mode,
   assert allocator.tunables(environ, mode, version) == expected
 
 
+@pytest.mark.parametrize("mode, version, expected", [
+    ("madvise", "glibc 2.36", HUGE),
+    ("always", "glibc 2.36", None),  # nothing left to set
+    ("madvise", "glibc 2.34", None),
+])
+def test_without_keep_freed_only_huge_pages(mode, version, expected):
+  assert allocator.tunables({}, mode, version, keep_freed=False) == expected
+
+
 @pytest.mark.parametrize("version, minimum, at_least", [
     ("glibc 2.36", (2, 35), True), ("glibc 2.35", (2, 35), True),
     ("glibc 3.0", (2, 35), True), ("glibc 2.34", (2, 35), False),

@@ -494,5 +494,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  allocator.enable()  # first: it re-executes this process
+  allocator.enable(keep_freed=False)  # first: it re-executes this process
   main()
