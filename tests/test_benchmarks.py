@@ -3,6 +3,7 @@
 Tiny shapes only; peers (TRL, Tunix) are not needed.
 """
 
+import argparse
 import functools
 import json
 
@@ -33,6 +34,27 @@ def test_machine_measures_on_tiny_sizes(tmp_path):
                          "--repeats", "2", "--json", str(path)])
   assert limits.matmul_gflop_s > 0 and limits.bandwidth_gb_s > 0
   assert json.loads(path.read_text()) == limits._asdict()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1,8,32", [1, 8, 32]), ("4", [4]), ("", []), (" 2, 3 ,", [2, 3])])
+def test_positive_ints_parse_lists(text, expected):
+  assert machine.positive_ints(text) == expected
+
+
+@pytest.mark.parametrize("text,named", [
+    ("1,0", "'0'"), ("8,x", "'x'"), ("-1", "'-1'"), ("2.5", "'2.5'")])
+def test_positive_ints_name_the_bad_item(text, named):
+  with pytest.raises(argparse.ArgumentTypeError, match=named):
+    machine.positive_ints(text)
+
+
+@pytest.mark.parametrize("argv", [["--prompts", "0"], ["--batches", "1,b"]])
+def test_profile_refuses_bad_lists_before_loading(argv, monkeypatch):
+  monkeypatch.setattr(profile_bench, "smollm2", lambda: pytest.fail(
+      "the model loaded before the arguments were checked"))
+  with pytest.raises(SystemExit):
+    profile_bench.main(argv)
 
 
 def test_decode_floor_takes_the_binding_limit():
@@ -151,13 +173,14 @@ def test_tunix_tokenizer_hands_over_exact_ids():
 
 def test_defaults_match_the_trl_comparison():
   args = step_bench.parse_args([])
-  assert (args.num_prompts, args.steps, args.beta) == ("1", 3, 0.0)
+  assert (args.num_prompts, args.steps, args.beta) == ([1], 3, 0.0)
   assert args.loss_type == "dapo"
   assert args.max_new_tokens == 64
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--runs", "0"],
-                                  ["--model", "tiny"], ["--loss_type", "bnpo"]])
+                                  ["--model", "tiny"], ["--loss_type", "bnpo"],
+                                  ["--num_prompts", "1,0"]])
 def test_bad_arguments_exit(argv):
   with pytest.raises(SystemExit):
     step_bench.parse_args(argv)
@@ -560,6 +583,7 @@ def test_accelerator_runs_twice_in_one_process(monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [["--dtypes", "float16"], ["--dtypes", ","],
+                                  ["--batches", "8,x"], ["--prompts", "-1"],
                                   ["--model", "no-such-model"],
                                   ["--runs", "0"],
                                   ["--combine", "no/such/result.json"]])

@@ -314,7 +314,7 @@ def test_out_of_range_target_is_nan(bad):
 
 
 def test_default_chunk_size():
-  assert logprobs.default_chunk_size(49152, backend="cpu") == 256
+  assert logprobs.default_chunk_size(49152, backend="cpu") == 1024
   assert logprobs.default_chunk_size(49152, backend="gpu") == 2688
   assert logprobs.default_chunk_size(49152, backend="gpu") % 128 == 0
   # A huge vocabulary still gets one tile of rows.

@@ -218,18 +218,14 @@ def table(result) -> str:
   return "\n".join(lines)
 
 
-def _ints(text):
-  return [int(x) for x in text.split(",") if x]
-
-
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--model", default="smollm2-135m-instruct",
                  help="'tiny' or an architecture's name (random weights)")
   p.add_argument("--dtypes", default="float32,bfloat16",
                  type=lambda s: [d for d in s.split(",") if d])
-  p.add_argument("--batches", default="1,8,32", type=_ints)
-  p.add_argument("--prompts", default="1,4", type=_ints,
+  p.add_argument("--batches", default="1,8,32", type=machine.positive_ints)
+  p.add_argument("--prompts", default="1,4", type=machine.positive_ints,
                  help="update rows: P values of P x --group")
   p.add_argument("--group", type=int, default=8)
   p.add_argument("--prompt_len", type=int, default=32)

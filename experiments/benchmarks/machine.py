@@ -150,6 +150,19 @@ def _median_of(same):
   return row
 
 
+def positive_ints(text: str) -> list:
+  """An argparse type: "1,8,32" -> [1, 8, 32], "" -> [] (none); any item
+  that is not a positive integer is an error that names it, before any
+  model loads."""
+  items = [item.strip() for item in text.split(",") if item.strip()]
+  bad = [item for item in items if not (item.isdigit() and int(item) > 0)]
+  if bad:
+    raise argparse.ArgumentTypeError(
+        f"expected positive integers separated by commas (e.g. 1,8,32); "
+        f"got {', '.join(map(repr, bad))} in {text!r}")
+  return [int(item) for item in items]
+
+
 def with_range(row, key, form, scale=1, unit="") -> str:
   """``row[key]`` formatted, with its `median_rows` range in brackets when
   it has one: "4.0 (2.0-6.0)"."""

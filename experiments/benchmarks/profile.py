@@ -183,8 +183,9 @@ def table(rows) -> str:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batches", default="1,8,32",
+                      type=machine.positive_ints,
                       help="decode batch sizes ('' for none)")
-  parser.add_argument("--prompts", default="1",
+  parser.add_argument("--prompts", default="1", type=machine.positive_ints,
                       help="update rows: P values of P x G ('' for none)")
   parser.add_argument("--group", type=int, default=8)
   parser.add_argument("--prompt_len", type=int, default=64)
@@ -212,13 +213,13 @@ def main(argv=None):
 def profile_all(config, params, prompt_ids, args, threads):
   """One row per workload of `args`: decode batches, then updates."""
   rows = []
-  for b in filter(None, args.batches.split(",")):
-    row = profile(*decode_case(config, params, prompt_ids, int(b),
+  for b in args.batches:
+    row = profile(*decode_case(config, params, prompt_ids, b,
                                args.new_tokens), threads, args.top)
     rows.append(dict(workload=f"decode, batch {b}", **row))
     print(f"# {rows[-1]}", flush=True)
-  for p in filter(None, args.prompts.split(",")):
-    row = profile(*update_case(config, params, int(p), args.group,
+  for p in args.prompts:
+    row = profile(*update_case(config, params, p, args.group,
                                args.prompt_len, args.new_tokens),
                   threads, args.top)
     rows.append(dict(workload=f"update, {p} x {args.group}", **row))

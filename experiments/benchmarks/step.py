@@ -688,6 +688,7 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(
       description=__doc__.split("\n", maxsplit=1)[0])
   parser.add_argument("--num_prompts", default="1",
+                      type=machine.positive_ints,
                       help="comma-separated P values, one row each")
   parser.add_argument("--steps", type=int, default=3,
                       help="timed steps after the warm-up step")
@@ -737,7 +738,7 @@ def peers_to_run(args):
 def measure_rows(args, peers, limits):
   """One run: a row per prompt count, each side in its own subprocess."""
   rows = []
-  for num_prompts in [int(p) for p in args.num_prompts.split(",")]:
+  for num_prompts in args.num_prompts:
     row = dict(num_prompts=num_prompts,
                grpo_jax=run_worker(args, "grpo_jax", num_prompts))
     for peer in peers:
@@ -756,7 +757,8 @@ def main(argv=None):
   if args.worker:
     run = dict(grpo_jax=run_grpo_jax, trl=run_trl,
                tunix=run_tunix)[args.worker]
-    result = run(args, int(args.num_prompts))
+    (num_prompts,) = args.num_prompts  # a worker runs one row
+    result = run(args, num_prompts)
     pathlib.Path(args.worker_out).write_text(json.dumps(result))
     return
 
