@@ -92,7 +92,10 @@ def profile(fn, args, threads: int, top: int = 0):
   (and prints the `top` slowest ops)."""
   import jax  # pylint: disable=g-import-not-at-top
   names = op_names(fn.lower(*args).compile().as_text())
-  jax.block_until_ready(fn(*args))
+  # Two warm calls: the first after another workload can still find its
+  # buffers' memory fresh from the kernel (slow to first touch here).
+  for _ in range(2):
+    jax.block_until_ready(fn(*args))
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir):
       start = time.perf_counter()
