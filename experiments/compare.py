@@ -35,6 +35,10 @@ the entropy.
 import json
 import os
 
+if __name__ == "__main__":  # before the imports below, which a re-exec
+  from grpo_jax import allocator  # would load twice
+  allocator.enable()
+
 from absl import app
 from absl import flags
 

@@ -23,7 +23,8 @@ step streams every weight once per token. Two settings help:
 
 glibc reads tunables when the process starts, so `enable` re-executes the
 entry point once with them set; our entry points (`experiments.train`,
-`experiments.evaluate`, the benchmarks) call it first. A notebook or
+`experiments.evaluate`, `experiments.compare`, the reproductions, the
+benchmarks) call it first. A notebook or
 script of yours can set the variable itself (``GLIBC_TUNABLES=<what
 `tunables` returns> jupyter lab``). Setting any of these tunables yourself
 (e.g. ``glibc.malloc.hugetlb=0``) turns all of ours off.

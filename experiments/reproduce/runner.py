@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 
 from experiments import runs
+from grpo_jax import allocator
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
@@ -267,4 +268,5 @@ def main(claim: str, arms: Sequence[Arm], columns: Sequence[str],
               seeds=[int(s) for s in _SEEDS.value], preset=preset,
               workdir=workdir, out=out, only=_ARMS.value,
               keep_checkpoints=_KEEP_CHECKPOINTS.value)
+  allocator.enable()  # re-executes the script once, before any training
   app.run(run)
