@@ -43,7 +43,8 @@ def test_positive_ints_parse_lists(text, expected):
 
 
 @pytest.mark.parametrize("text,named", [
-    ("1,0", "'0'"), ("8,x", "'x'"), ("-1", "'-1'"), ("2.5", "'2.5'")])
+    ("1,0", "'0'"), ("8,x", "'x'"), ("-1", "'-1'"), ("2.5", "'2.5'"),
+    ("\u00b2", "'\u00b2'")])
 def test_positive_ints_name_the_bad_item(text, named):
   with pytest.raises(argparse.ArgumentTypeError, match=named):
     machine.positive_ints(text)
@@ -180,7 +181,7 @@ def test_defaults_match_the_trl_comparison():
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--runs", "0"],
                                   ["--model", "tiny"], ["--loss_type", "bnpo"],
-                                  ["--num_prompts", "1,0"]])
+                                  ["--num_prompts", "1,0"], ["--num_prompts", ""]])
 def test_bad_arguments_exit(argv):
   with pytest.raises(SystemExit):
     step_bench.parse_args(argv)

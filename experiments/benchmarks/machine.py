@@ -155,7 +155,7 @@ def positive_ints(text: str) -> list:
   that is not a positive integer is an error that names it, before any
   model loads."""
   items = [item.strip() for item in text.split(",") if item.strip()]
-  bad = [item for item in items if not (item.isdigit() and int(item) > 0)]
+  bad = [item for item in items if not (item.isdecimal() and int(item) > 0)]
   if bad:
     raise argparse.ArgumentTypeError(
         f"expected positive integers separated by commas (e.g. 1,8,32); "

@@ -717,6 +717,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.steps < 1 or args.runs < 1:
     parser.error("--steps and --runs must be >= 1")
+  if not args.num_prompts:
+    parser.error("--num_prompts needs at least one P (e.g. 1,4)")
   if args.model == "tiny" and not (args.skip_trl or args.worker):
     parser.error("--model tiny has no TRL counterpart; add --skip_trl")
   return args

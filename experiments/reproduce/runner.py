@@ -268,5 +268,6 @@ def main(claim: str, arms: Sequence[Arm], columns: Sequence[str],
               seeds=[int(s) for s in _SEEDS.value], preset=preset,
               workdir=workdir, out=out, only=_ARMS.value,
               keep_checkpoints=_KEEP_CHECKPOINTS.value)
-  allocator.enable()  # re-executes the script once, before any training
+  # Re-executes the script once (its imports load twice), before training.
+  allocator.enable()
   app.run(run)
