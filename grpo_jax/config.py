@@ -194,8 +194,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.microbatch_size = 0     # rows per accumulation step; 0 = minibatch
   c.train.logprob_batch_size = 0  # rows per old/ref logprob pass; 0 = N
   # Positions (of N*T) per log-prob chunk: on CPU 512 ran the 4 x 8 update
-  # 1.16x faster than 4096, and level with 1024 (`logprobs`' default there,
-  # the fastest for the loss benchmark's 64 x 1024 rows).
+  # 1.16x faster than 4096, and level with 1024 in an ad hoc timing
+  # (`logprobs`' CPU default, the loss benchmark's fastest).
   c.train.chunk_size = 512
   # jax's persistent compilation cache: a rerun (or a resumed run) loads
   # the compiled sampler and update instead of compiling them; "" = off.
