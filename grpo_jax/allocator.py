@@ -10,8 +10,8 @@ step streams every weight once per token. Two settings help:
   walk the page tables every few KiB. Sampler 1.17x at batch 1, 1.09x at 8
   rows on a 2-core AMD EPYC.
 - **Freed memory kept** (every buffer from the heap, ``mmap_max=0``; one
-  arena, ``arena_max=1``; up to 4 GiB free at its top before any is handed
-  back, ``trim_threshold``): a buffer reuses pages the process already has
+  arena, ``arena_max=1``; its free top never handed back, a 1 TiB
+  ``trim_threshold``): a buffer reuses pages the process already has
   instead of faulting in fresh, kernel-zeroed ones. Memory fresh from the
   kernel was written at 0.5-8.5 GB/s there against 27 GB/s for reused
   memory (slowest a few seconds after it was freed: that virtual machine
@@ -39,7 +39,11 @@ HUGE_PAGES = {"glibc.malloc.hugetlb": "1"}  # glibc 2.35+
 KEEP_FREED = {  # glibc 2.26+ (the first with tunables)
     "glibc.malloc.mmap_max": "0",
     "glibc.malloc.arena_max": "1",
-    "glibc.malloc.trim_threshold": str(4 << 30),
+    # Never in practice. At 4 GiB, the 5.7 GB of temporaries of a 4 x 8
+    # update (SmolLM2) went back to the kernel after some calls when they
+    # sat at the heap's top, and the next call ran 2x slower faulting them
+    # in again.
+    "glibc.malloc.trim_threshold": str(1 << 40),
 }
 
 

@@ -26,7 +26,7 @@ def test_thp_mode_is_empty_without_the_file(tmp_path):
 
 
 KEEP = ("glibc.malloc.mmap_max=0:glibc.malloc.arena_max=1:"
-        "glibc.malloc.trim_threshold=4294967296")
+        "glibc.malloc.trim_threshold=1099511627776")
 HUGE = "glibc.malloc.hugetlb=1"
 
 

@@ -58,6 +58,21 @@ def test_profile_refuses_bad_lists_before_loading(argv, monkeypatch):
     profile_bench.main(argv)
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("1,8,32,8x8", ["1", "8", "32", "8x8"]), (" 4x2 ,", ["4x2"])])
+def test_sampler_batch_names_parse(text, expected):
+  assert sampler_bench.batch_names(text) == expected
+  assert sampler_bench.parse_args(["--batches", text]).batches == expected
+
+
+@pytest.mark.parametrize("text,named", [
+    ("8,8x0", "'8x0'"), ("x8", "'x8'"), ("1x2x3", "'1x2x3'"), ("2.5", "'2.5'"),
+    ("", "''")])
+def test_sampler_batch_names_name_the_bad_item(text, named):
+  with pytest.raises(argparse.ArgumentTypeError, match=named):
+    sampler_bench.batch_names(text)
+
+
 def test_decode_floor_takes_the_binding_limit():
   # 1e9 weights of 4 bytes: reading them takes 0.4 s; 2e9 FLOPs per row 0.02 s.
   assert machine.decode_step_floor_s(1e9, 4e9, 1, LIMITS) == 0.4
@@ -446,6 +461,20 @@ def test_profile_reads_op_names_from_compiled_hlo():
   text = jax.jit(f).lower(jnp.ones((4, 4))).compile().as_text()
   names = profile_bench.op_names(text)
   assert names and any("logits" in name for name in names.values())
+
+
+def test_profile_files_an_unnamed_vocabulary_sized_op_as_logits():
+  text = """
+  %dot.7 = f32[49152,1]{1,0} dot(%a, %b), lhs_contracting_dims={1}
+  %copy.2 = f32[576,576]{1,0} copy(%c)
+  %add.3 = f32[49152,1]{1,0} add(%dot.7, %d), metadata={op_name="jit(f)/add"}
+  %t = (f32[49152], s32[]) tuple(%e, %f)
+"""
+  names = profile_bench.op_names(text, vocab_size=49152)
+  assert profile_bench.category(names["dot.7"]) == "logits"
+  assert names["add.3"] == "jit(f)/add"
+  assert "copy.2" not in names and "t" not in names
+  assert "dot.7" not in profile_bench.op_names(text)
 
 
 def test_profile_table_of_three_runs_shows_medians():

@@ -61,13 +61,23 @@ def category(op_name: str) -> str:
   return "other"
 
 
-def op_names(hlo_text: str) -> dict:
-  """HLO instruction name -> op_name metadata, from compiled HLO text."""
+def op_names(hlo_text: str, vocab_size: int = 0) -> dict:
+  """HLO instruction name -> op_name metadata, from compiled HLO text.
+
+  XLA leaves some rewritten instructions without metadata: the decode
+  step's output projection at one row is one. With `vocab_size`, such an
+  instruction whose result has a dimension of that size is named as the
+  logits (it can only be the output projection or the softmax over it)."""
   names = {}
-  for match in re.finditer(
-      r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{op_name=\"([^\"]*)\"",
-      hlo_text, re.MULTILINE):
-    names[match.group(1)] = match.group(2)
+  for match in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$", hlo_text,
+                           re.MULTILINE):
+    name, rest = match.groups()
+    found = re.search(r'metadata=\{op_name="([^"]*)"', rest)
+    shape = re.match(r"\w+\[([\d,]*)\]", rest)  # none for a tuple
+    if found:
+      names[name] = found.group(1)
+    elif vocab_size and shape and str(vocab_size) in shape.group(1).split(","):
+      names[name] = "logits (no metadata)"
   return names
 
 
@@ -87,11 +97,11 @@ def op_times(trace_dir: str) -> collections.Counter:
   return times
 
 
-def profile(fn, args, threads: int, top: int = 0):
+def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0):
   """Runs `fn(*args)` (warm) once under the profiler; returns the split
   (and prints the `top` slowest ops)."""
   import jax  # pylint: disable=g-import-not-at-top
-  names = op_names(fn.lower(*args).compile().as_text())
+  names = op_names(fn.lower(*args).compile().as_text(), vocab_size)
   # Two warm calls: the first after another workload can still find its
   # buffers' memory fresh from the kernel (slow to first touch here).
   for _ in range(2):
@@ -218,13 +228,14 @@ def profile_all(config, params, prompt_ids, args, threads):
   rows = []
   for b in args.batches:
     row = profile(*decode_case(config, params, prompt_ids, b,
-                               args.new_tokens), threads, args.top)
+                               args.new_tokens), threads, args.top,
+                  config.vocab_size)
     rows.append(dict(workload=f"decode, batch {b}", **row))
     print(f"# {rows[-1]}", flush=True)
   for p in args.prompts:
     row = profile(*update_case(config, params, p, args.group,
                                args.prompt_len, args.new_tokens),
-                  threads, args.top)
+                  threads, args.top, config.vocab_size)
     rows.append(dict(workload=f"update, {p} x {args.group}", **row))
     print(f"# {rows[-1]}", flush=True)
   return rows

@@ -80,6 +80,21 @@ def parse_batch(name):
   return tuple(map(int, name.split("x"))) if "x" in name else (int(name), 1)
 
 
+def batch_names(text: str) -> list:
+  """An argparse type: "1,8,8x8" -> ["1", "8", "8x8"], each a positive row
+  count or prompts x completions; any other item is an error that names
+  it, before a model loads."""
+  items = [item.strip() for item in text.split(",") if item.strip()]
+  bad = [item for item in items
+         if item.count("x") > 1 or not all(
+             part.isdecimal() and int(part) > 0 for part in item.split("x"))]
+  if bad or not items:
+    raise argparse.ArgumentTypeError(
+        "expected batch sizes N or prompts x completions PxG separated by "
+        f"commas (e.g. 1,8,32,8x8); got {', '.join(map(repr, bad or [text]))}")
+  return items
+
+
 def prompt_ids(tokenizer, count):
   """`count` chat-formatted prompts (token id lists), cycling the questions."""
   prompts = []
@@ -350,7 +365,7 @@ def spawn_worker(framework, args) -> dict:
   subprocess.run(
       [sys.executable, "-m", "experiments.benchmarks.sampler",
        "--worker", framework, "--worker_out", out_path,
-       "--batches", args.batches, "--repeats", str(args.repeats)],
+       "--batches", ",".join(args.batches), "--repeats", str(args.repeats)],
       check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
@@ -432,7 +447,7 @@ def setup_line(results, limits, repeats, load_before) -> str:
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--batches", default="1,8,32,8x8")
+  parser.add_argument("--batches", default="1,8,32,8x8", type=batch_names)
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--runs", type=int, default=1,
                       help="whole runs back to back; the table shows each "
@@ -464,7 +479,7 @@ def frameworks_to_run(args):
 
 def main(argv=None):
   args = parse_args(argv)
-  batches = args.batches.split(",")
+  batches = args.batches
   if args.worker:
     pathlib.Path(args.worker_out).write_text(json.dumps(
         run_worker(args.worker, batches, args.repeats)))
