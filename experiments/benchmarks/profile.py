@@ -65,18 +65,19 @@ def op_names(hlo_text: str, vocab_size: int = 0) -> dict:
   """HLO instruction name -> op_name metadata, from compiled HLO text.
 
   XLA leaves some rewritten instructions without metadata: the decode
-  step's output projection at one row is one. With `vocab_size`, such an
-  instruction whose result has a dimension of that size is named as the
-  logits (it can only be the output projection or the softmax over it)."""
+  step's output projection at one row is one (a `dot` of result [V, 1]).
+  With `vocab_size`, a `dot` without metadata whose result is [V, n] or
+  [n, V] for a few rows n (at most 64) is named as the logits."""
   names = {}
   for match in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$", hlo_text,
                            re.MULTILINE):
     name, rest = match.groups()
     found = re.search(r'metadata=\{op_name="([^"]*)"', rest)
-    shape = re.match(r"\w+\[([\d,]*)\]", rest)  # none for a tuple
+    dot = re.match(r"\w+\[(\d+),(\d+)\]\S* dot\(", rest)
     if found:
       names[name] = found.group(1)
-    elif vocab_size and shape and str(vocab_size) in shape.group(1).split(","):
+    elif vocab_size and dot and vocab_size in map(int, dot.groups()) and min(
+        map(int, dot.groups())) <= 64:
       names[name] = "logits (no metadata)"
   return names
 

@@ -91,7 +91,8 @@ def batch_names(text: str) -> list:
   if bad or not items:
     raise argparse.ArgumentTypeError(
         "expected batch sizes N or prompts x completions PxG separated by "
-        f"commas (e.g. 1,8,32,8x8); got {', '.join(map(repr, bad or [text]))}")
+        f"commas (e.g. 1,8,32,8x8); got {', '.join(map(repr, bad or [text]))}"
+        f" in {text!r}")
   return items
 
 
