@@ -2,8 +2,9 @@
 
 XLA:CPU gets its buffers from glibc's malloc, which by default maps every
 large buffer afresh and unmaps it when freed. An update allocates
-gigabytes of temporaries a call (saved activations, gradients: 2.1 GB at 1
-x 8 on SmolLM2), and a decode step streams every weight once per token. Two settings help:
+gigabytes of temporaries a call (saved activations, gradients: 2.1 GB at
+1 x 8 on SmolLM2), and a decode step streams every weight once per token.
+Two settings help:
 
 - **Huge pages** (``glibc.malloc.hugetlb=1``, glibc 2.35+, where the kernel's
   transparent huge pages are in "madvise" mode): the weight stream does not

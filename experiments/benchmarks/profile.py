@@ -74,10 +74,10 @@ def op_names(hlo_text: str, vocab_size: int = 0) -> dict:
     name, rest = match.groups()
     found = re.search(r'metadata=\{op_name="([^"]*)"', rest)
     dot = re.match(r"\w+\[(\d+),(\d+)\]\S* dot\(", rest)
+    dims = tuple(map(int, dot.groups())) if dot else ()
     if found:
       names[name] = found.group(1)
-    elif vocab_size and dot and vocab_size in map(int, dot.groups()) and min(
-        map(int, dot.groups())) <= 64:
+    elif vocab_size and vocab_size in dims and min(dims) <= 64:
       names[name] = "logits (no metadata)"
   return names
 
