@@ -150,12 +150,18 @@ def _median_of(same):
   return row
 
 
+def is_positive_int(text: str) -> bool:
+  """Whether `text` is a positive integer in decimal digits ("8", not "8.0",
+  "-1" or "²")."""
+  return text.isdecimal() and int(text) > 0
+
+
 def positive_ints(text: str) -> list:
   """An argparse type: "1,8,32" -> [1, 8, 32], "" -> [] (none); any item
   that is not a positive integer is an error that names it, before any
   model loads."""
   items = [item.strip() for item in text.split(",") if item.strip()]
-  bad = [item for item in items if not (item.isdecimal() and int(item) > 0)]
+  bad = [item for item in items if not is_positive_int(item)]
   if bad:
     raise argparse.ArgumentTypeError(
         f"expected positive integers separated by commas (e.g. 1,8,32); "

@@ -85,9 +85,8 @@ def batch_names(text: str) -> list:
   count or prompts x completions; any other item is an error that names
   it, before a model loads."""
   items = [item.strip() for item in text.split(",") if item.strip()]
-  bad = [item for item in items
-         if item.count("x") > 1 or not all(
-             part.isdecimal() and int(part) > 0 for part in item.split("x"))]
+  bad = [item for item in items if item.count("x") > 1 or not all(
+      map(machine.is_positive_int, item.split("x")))]
   if bad or not items:
     raise argparse.ArgumentTypeError(
         "expected batch sizes N or prompts x completions PxG separated by "
