@@ -6,6 +6,7 @@ Tiny shapes only; peers (TRL, Tunix) are not needed.
 import argparse
 import functools
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -322,7 +323,7 @@ def test_step_runs_give_medians_and_ranges():
   assert line.startswith("| 1 x 8 | grpo_jax | 4.00 (2.00-6.00) | ")
   assert line.endswith("| 64.0 | 1000 | 25.6 + 60 | 2140% (1427-4280%) |")
   # The compile split's ranges sit beside its figures, not in its sum.
-  assert "compilation in it 16.0 s" in step_bench.first_step_text(
+  assert "compilation in it 16.00 s" in step_bench.first_step_text(
       "grpo_jax", row["grpo_jax"])
 
 
@@ -378,8 +379,16 @@ def test_first_step_text_splits_compilation():
   row = _step_row()
   assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]) == (
       "grpo_jax: first step 20.0 s = 10.0x the mean later step; XLA "
-      "compilation in it 16.0 s (sampler 9.0, update 6.0, other 1.0), 0 "
+      "compilation in it 16.00 s (sampler 9.00, update 6.00, other 1.00), 0 "
       "persistent cache hits")
+  row["grpo_jax"].update(
+      first_step_trace_s=dict(sampler=0.5, update=0.25, other=0.0),
+      first_step_lower_s=dict(sampler=0.125, update=0.5, other=0.25),
+      first_step_resident_growth_gb=2.1, build_s=4.25)
+  assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]).endswith(
+      "persistent cache hits; tracing 0.75 s (sampler 0.50, update 0.25, "
+      "other 0.00); lowering 0.88 s (sampler 0.12, update 0.50, other 0.25); "
+      "resident memory +2.10 GB in it; train.build 4.2 s before it")
   del row["trl"]["first_step_compile_s"]
   assert step_bench.first_step_text("TRL", row["trl"]).endswith(
       "2.5x the mean later step")
@@ -390,6 +399,28 @@ def test_compile_split_by_function():
               ("jit(_assemble)", 0.5), ("jit(add)", 0.25)]
   assert step_bench.compile_split(compiled) == dict(
       sampler=3.0, update=2.0, other=0.75)
+
+
+def test_compile_log_sorts_jax_records_by_stage():
+  log = step_bench._CompileLog()  # pylint: disable=protected-access
+  messages = [
+      "Finished tracing _sample for jit in 0.5 sec",
+      "Finished jaxpr to MLIR module conversion jit(_sample) in 0.125 sec",
+      "Persistent compilation cache hit for 'jit__sample' with key 'k'",
+      "Finished XLA compilation of jit(_sample) in 0.25 sec",
+      "Finished tracing update_fn for jit in 0.75 sec",
+      "Finished XLA compilation of jit(update_fn) in 2.0 sec",
+      "Not compiling: something else"]
+  for message in messages:
+    log.emit(logging.LogRecord("jax", logging.WARNING, "", 0, message, (),
+                               None))
+  assert log.cache_hits == 1
+  assert step_bench.stage_split(log.records, "tracing") == dict(
+      sampler=0.5, update=0.75, other=0.0)
+  assert step_bench.stage_split(log.records, "lowering") == dict(
+      sampler=0.125, update=0.0, other=0.0)
+  assert step_bench.stage_split(log.records, "compilation") == dict(
+      sampler=0.25, update=2.0, other=0.0)
 
 
 def test_compilation_cache_only_when_asked():
@@ -416,6 +447,9 @@ def test_tiny_run_writes_json(tmp_path, monkeypatch):
   assert ours["completion_length"] == 8.0
   assert ours["update_tokens"] > 8 * 8
   assert ours["first_step_compile_s"]["sampler"] > 0
+  assert ours["first_step_trace_s"]["sampler"] > 0
+  assert ours["first_step_lower_s"]["update"] > 0
+  assert ours["build_s"] > 0
   # Tiny shapes: the small-matrix throughput makes the floor loose.
   assert ours["share_of_floor"] > 0
   assert out["limits"]["matmul_gflop_s"] > 0

@@ -63,10 +63,12 @@ as its G rows share it, and every completion token; `update_tokens`). Each
 side's step is given as a share of that floor.
 
 Compilation: grpo_jax's first step is mostly XLA compilation; its seconds are
-printed by function (the sampler's loop, the update, the rest).
-``--compilation_cache DIR`` turns on JAX's persistent compilation cache there
-(every entry kept), so a second run with the same DIR measures the first step
-with a warm cache.
+printed by function (the sampler's loop, the update, the rest), with the
+tracing and lowering that precede it (jax's `jax_log_compiles` records),
+the process's growth in resident memory during the step, and the time
+`train.build` took before it. ``--compilation_cache DIR`` turns on JAX's
+persistent compilation cache there (every entry kept), so a second run with
+the same DIR measures the first step with a warm cache.
 
 ``--runs 3`` repeats the whole benchmark back to back (the machine's limits
 too) and gives each time and ratio as the median with its range;
@@ -154,34 +156,59 @@ def summarize(steps, warmup=1):
 # ------------------------------------------------------------------ grpo_jax
 
 
+# jax's records of the three stages of a program's first call (with
+# jax_log_compiles): tracing, lowering to MLIR, XLA compilation (with the
+# persistent cache, a hit's compilation record times the cache read).
+_STAGE_RECORDS = (
+    ("tracing", re.compile(r"Finished tracing (\S+) for jit in ([0-9.e-]+) sec")),
+    ("lowering", re.compile(
+        r"Finished jaxpr to MLIR module conversion (.*) in ([0-9.e-]+) sec")),
+    ("compilation", re.compile(
+        r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec")))
+
+
 class _CompileLog(logging.Handler):
-  """Collects jax's "Finished XLA compilation of jit(f) in s sec" records
-  (with the persistent cache, a hit's record times the cache read) and
-  counts the cache hits."""
+  """Collects jax's stage records as (stage, function, seconds) and counts
+  the persistent cache hits."""
 
   def __init__(self):
     super().__init__()
-    self.compiled = []  # (function, seconds)
+    self.records = []
     self.cache_hits = 0
 
   def emit(self, record):
     message = record.getMessage()
-    match = re.match(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec",
-                     message)
-    if match:
-      self.compiled.append((match.group(1), float(match.group(2))))
+    for stage, pattern in _STAGE_RECORDS:
+      match = pattern.match(message)
+      if match:
+        self.records.append((stage, match.group(1), float(match.group(2))))
     self.cache_hits += message.startswith("Persistent compilation cache hit")
 
 
 def compile_split(compiled):
-  """Seconds of XLA compilation by part: the sampler (`sampling._sample`),
-  the update (the jitted `update_fn`) and everything else."""
+  """Seconds by part: the sampler (`sampling._sample`), the update (the
+  jitted `update_fn`) and everything else, from (function, seconds)."""
   split = dict(sampler=0.0, update=0.0, other=0.0)
   for name, seconds in compiled:
     part = ("sampler" if "_sample" in name
             else "update" if "update" in name else "other")
     split[part] += seconds
   return split
+
+
+def stage_split(records, stage):
+  """`compile_split` of one stage's (stage, function, seconds) records."""
+  return compile_split([(name, seconds) for kind, name, seconds in records
+                        if kind == stage])
+
+
+def resident_gb() -> float:
+  """This process's resident memory, GB (Linux; NaN elsewhere)."""
+  try:
+    pages = int(pathlib.Path("/proc/self/statm").read_text().split()[1])
+  except (OSError, IndexError, ValueError):
+    return float("nan")
+  return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
 
 
 def update_tokens(input_mask, completion_length) -> float:
@@ -225,19 +252,24 @@ def run_grpo_jax(args, num_prompts):
   jax_logger = logging.getLogger("jax")
   jax_logger.addHandler(compile_log)
   jax_logger.propagate = False  # keep the console free of compile records
+  start = time.perf_counter()
   run, update_tokens = ignore_eos(train.build(make_config(args, num_prompts)))
+  build_s = time.perf_counter() - start
   state = run.state
   steps = []
   for step in range(args.steps + 1):
-    before = len(compile_log.compiled)
+    before, resident = len(compile_log.records), resident_gb()
     state, m = train.train_step(run, state, step)
-    compiled = compile_log.compiled[before:]
+    records = compile_log.records[before:]
+    compiled = [(name, seconds) for stage, name, seconds in records
+                if stage == "compilation"]
     steps.append(dict(
         step_s=m["time/rollout_s"] + m["time/update_s"],
         sample_s=m["time/sample_s"], logprob_s=m["time/logprob_s"],
         update_s=m["time/update_s"],
         completion_length=m["completion_length/mean"],
-        update_tokens=update_tokens[-1], compiled=compiled))
+        update_tokens=update_tokens[-1], compiled=compiled,
+        records=records, resident_growth_gb=resident_gb() - resident))
     print(f"# grpo_jax P={num_prompts} step {step}: "
           f"{steps[-1]['step_s']:.2f} s, {len(compiled)} compilations "
           f"({sum(t for _, t in compiled):.1f} s)"
@@ -247,6 +279,10 @@ def run_grpo_jax(args, num_prompts):
   out["compiles_per_step"] = [len(s["compiled"]) for s in steps]
   out["compiled_after_warmup"] = [s["compiled"] for s in steps[1:]]
   out["first_step_compile_s"] = compile_split(steps[0]["compiled"])
+  out["first_step_trace_s"] = stage_split(steps[0]["records"], "tracing")
+  out["first_step_lower_s"] = stage_split(steps[0]["records"], "lowering")
+  out["first_step_resident_growth_gb"] = steps[0]["resident_growth_gb"]
+  out["build_s"] = build_s
   out["cache_hits"] = compile_log.cache_hits
   out["weights"], out["weight_bytes"] = machine.matmul_weights(
       run.state.params)
@@ -659,11 +695,20 @@ def first_step_text(name, r) -> str:
           f"{r['first_step_s'] / r['step_s']:.1f}x the mean later step")
   split = r.get("first_step_compile_s")
   if split:
-    total = split["sampler"] + split["update"] + split["other"]
-    text += (f"; XLA compilation in it {total:.1f} s (sampler "
-             f"{split['sampler']:.1f}, update {split['update']:.1f}, other "
-             f"{split['other']:.1f}), {r['cache_hits']} persistent cache hits")
+    text += (f"; XLA compilation in it {_split_text(split)}, "
+             f"{r['cache_hits']} persistent cache hits")
+  if "first_step_trace_s" in r:
+    text += (f"; tracing {_split_text(r['first_step_trace_s'])}; lowering "
+             f"{_split_text(r['first_step_lower_s'])}; resident memory "
+             f"{r['first_step_resident_growth_gb']:+.2f} GB in it; "
+             f"train.build {r['build_s']:.1f} s before it")
   return text
+
+
+def _split_text(split) -> str:
+  total = split["sampler"] + split["update"] + split["other"]
+  return (f"{total:.2f} s (sampler {split['sampler']:.2f}, update "
+          f"{split['update']:.2f}, other {split['other']:.2f})")
 
 
 def table(rows) -> str:
