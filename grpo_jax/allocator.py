@@ -2,7 +2,7 @@
 
 XLA:CPU gets its buffers from glibc's malloc, which by default maps every
 large buffer afresh and unmaps it when freed. An update allocates
-gigabytes of temporaries a call (saved activations, gradients: 2.1 GB at
+gigabytes of temporaries a call (saved activations, gradients: 1.9 GB at
 1 x 8 on SmolLM2), and a decode step streams every weight once per token.
 Two settings help:
 
