@@ -383,12 +383,12 @@ def test_first_step_text_splits_compilation():
       "persistent cache hits")
   row["grpo_jax"].update(
       first_step_trace_s=dict(sampler=0.5, update=0.25, other=0.0),
-      first_step_lower_s=dict(sampler=0.125, update=0.5, other=0.25),
-      first_step_resident_growth_gb=2.1, build_s=4.25)
+      first_step_lower_s=dict(sampler=0.13, update=0.5, other=0.25),
+      first_step_resident_growth_gb=2.1, build_s=4.3)
   assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]).endswith(
       "persistent cache hits; tracing 0.75 s (sampler 0.50, update 0.25, "
-      "other 0.00); lowering 0.88 s (sampler 0.12, update 0.50, other 0.25); "
-      "resident memory +2.10 GB in it; train.build 4.2 s before it")
+      "other 0.00); lowering 0.88 s (sampler 0.13, update 0.50, other 0.25); "
+      "resident memory +2.10 GB in it; train.build 4.3 s before it")
   del row["trl"]["first_step_compile_s"]
   assert step_bench.first_step_text("TRL", row["trl"]).endswith(
       "2.5x the mean later step")
@@ -543,9 +543,11 @@ def test_precision_benchmark_measures_both_dtypes():
   result = precision.measure("tiny", prompts=2, samples=2, new_tokens=4)
   f32, bf16 = result["float32"], result["bfloat16"]
   assert f32["tokens"] > 0 and bf16["tokens"] > 0
-  # One dtype's two programs agree to float32 rounding; bf16 rounds more.
+  # float32's two programs agree to its rounding; bf16's within bf16's (on
+  # this tiny model and 8 tokens they may agree exactly), and bf16 moves
+  # the trainer's log-probs off float32's.
   assert f32["sampler_vs_trainer"]["max"] < 1e-4
-  assert bf16["sampler_vs_trainer"]["max"] > f32["sampler_vs_trainer"]["max"]
+  assert bf16["sampler_vs_trainer"]["max"] < 0.1
   assert 0 < bf16["trainer_bf16_vs_float32"]["max"] < 0.1
 
 

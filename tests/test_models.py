@@ -300,8 +300,8 @@ def test_swiglu_gradient_is_silu_times_up():
 
 def test_masked_softmax_gradient_matches_autodiff():
   """The written-out backward ``p * (g - sum(g p))`` against autodiff of
-  the plain formula and finite differences; masked keys and a row with no
-  key get zero gradient."""
+  the plain formula, masked keys and a row with no key getting zero
+  gradient; and against finite differences with every key visible."""
   scores = jax.random.normal(jax.random.key(0), (2, 3, 4))
   mask = jnp.array([[True, True, False, True]] * 3 + [[True] * 4,
                     [False] * 4, [True, False, False, False]])

@@ -196,10 +196,14 @@ def compile_split(compiled):
   return split
 
 
+def stage_records(records, stage):
+  """(function, seconds) of one stage's (stage, function, seconds)."""
+  return [(name, seconds) for kind, name, seconds in records if kind == stage]
+
+
 def stage_split(records, stage):
-  """`compile_split` of one stage's (stage, function, seconds) records."""
-  return compile_split([(name, seconds) for kind, name, seconds in records
-                        if kind == stage])
+  """`compile_split` of one stage's records."""
+  return compile_split(stage_records(records, stage))
 
 
 def resident_gb() -> float:
@@ -261,8 +265,7 @@ def run_grpo_jax(args, num_prompts):
     before, resident = len(compile_log.records), resident_gb()
     state, m = train.train_step(run, state, step)
     records = compile_log.records[before:]
-    compiled = [(name, seconds) for stage, name, seconds in records
-                if stage == "compilation"]
+    compiled = stage_records(records, "compilation")
     steps.append(dict(
         step_s=m["time/rollout_s"] + m["time/update_s"],
         sample_s=m["time/sample_s"], logprob_s=m["time/logprob_s"],

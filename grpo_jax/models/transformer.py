@@ -147,6 +147,8 @@ def masked_softmax(scores, mask):
   ``p * (g - sum(g * p))``, so that the backward pass keeps the
   probabilities alone (autodiff's kept the exponentials as well: 71 MB of
   a 1 x 8 SmolLM2 update); masked keys get 0, as they do through -inf.
+  Reverse mode only (`jax.grad`, `jax.vjp`): a custom VJP has no forward
+  derivative.
   """
   scores = jnp.where(mask, scores, -jnp.inf)
   row_max = jnp.max(scores, axis=-1, keepdims=True)
@@ -162,7 +164,6 @@ def _masked_softmax_fwd(scores, mask):
 
 
 def _masked_softmax_bwd(probs, d_probs):
-  d_probs = d_probs.astype(probs.dtype)
   inner = jnp.sum(d_probs * probs, axis=-1, keepdims=True)
   return probs * (d_probs - inner), None
 
