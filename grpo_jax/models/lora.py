@@ -108,15 +108,16 @@ def adapted_matmul(module, name: str, x, w, dtype, scale: float):
   """``x @ w`` in `dtype`, plus the module's LoRA term for `name` if its
   params carry one (a Flax linen module inside `transformer`).
 
-  x [..., in] is multiplied as one [rows, in] matrix: the weight gradient
-  is then ``x.T @ dy`` over one contracted axis, where over [B, S] XLA:CPU
-  copied every MLP gradient transposed (1.06x on the SmolLM2 update).
+  x is one [rows, in] matrix, flattened once by the caller: the weight
+  gradient is then ``x.T @ dy`` over one contracted axis, where over [B, S]
+  XLA:CPU copied every MLP gradient transposed (1.06x on the SmolLM2
+  update), and projections of the same input (q, k, v; gate, up) share
+  one saved copy of it for the backward pass, where a reshape each kept
+  one each. Returns [rows, out].
   """
-  lead = x.shape[:-1]
-  x = x.reshape(-1, x.shape[-1])
   y = x @ w.astype(dtype)
   if module.has_variable("params", name + A_SUFFIX):
     a = module.get_variable("params", name + A_SUFFIX).astype(dtype)
     b = module.get_variable("params", name + B_SUFFIX).astype(dtype)
     y = y + ((x @ a) @ b) * jnp.asarray(scale, dtype)
-  return y.reshape(*lead, y.shape[-1])
+  return y

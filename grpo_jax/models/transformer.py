@@ -185,9 +185,7 @@ class Attention(nn.Module):
     dtype, pdtype = cfg.compute_dtype, cfg.params_dtype
     d, h, k, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     b, s, _ = x.shape
-    # One [rows, D] input for q, k and v: their weight gradients then save
-    # it once for the backward pass, where a reshape each saved three.
-    rows = x.reshape(b * s, d)
+    rows = x.reshape(b * s, d)  # one input for q, k, v (`adapted_matmul`)
 
     def project(name, width):
       w = self.param(name, _dense_init, (d, width), pdtype)
@@ -230,10 +228,10 @@ class Attention(nn.Module):
     scores = scores * (hd ** -0.5)
     probs = masked_softmax(scores, mask[:, None, None, :, :])
     out = jnp.einsum("bkgsl,blkd->bskgd", probs.astype(dtype), value)
-    out = out.reshape(b, s, h * hd)
+    out = out.reshape(b * s, h * hd)
     w_o = self.param("o", _dense_init, (h * hd, d), pdtype)
-    return (lora.adapted_matmul(self, "o", out, w_o, dtype, cfg.lora_scale),
-            new_cache)
+    out = lora.adapted_matmul(self, "o", out, w_o, dtype, cfg.lora_scale)
+    return out.reshape(b, s, d), new_cache
 
 
 @jax.custom_vjp
@@ -273,11 +271,11 @@ class Mlp(nn.Module):
     matmul = lambda name, x, shape: lora.adapted_matmul(
         self, name, x, self.param(name, _dense_init, shape, pdtype), dtype,
         cfg.lora_scale)
-    rows = x.reshape(-1, d)  # saved once for gate and up (as in Attention)
+    rows = x.reshape(-1, d)  # one input for gate and up (`adapted_matmul`)
     hidden = swiglu(matmul("gate", rows, (d, f)), matmul("up", rows, (d, f)))
     hidden = sharding.constrain(hidden.reshape(*x.shape[:-1], f),
                                 sharding.MLP_HIDDEN)
-    return matmul("down", hidden, (f, d))
+    return matmul("down", hidden.reshape(-1, f), (f, d)).reshape(x.shape)
 
 
 class Block(nn.Module):
