@@ -77,7 +77,8 @@ def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
 
   With ``group_size`` G > 1, rows in consecutive blocks of G share their
   prompt columns (as `assemble_batch` lays out a group's completions). Each
-  prompt then runs through the model once; its keys and values are repeated
+  prompt then runs through the model once (`models.forward_shared_prompts`,
+  one scan over the layers for both parts); its keys and values are repeated
   G times and the completions attend to them through the cache, so a step
   pays for P prompts instead of N = P*G. The values are those of the full
   forward pass, and so is the gradient: the repeat sums the G rows'
@@ -101,17 +102,15 @@ def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
   def visible(queries, keys):
     return (slots <= queries[None, :, None]) & keys[:, None, :]
   prompt_keys = real[::group_size] & (jnp.arange(s) < sp)[None, :]
-  hidden_p, cache = models.forward(
-      params, config, tokens[::group_size, :sp], positions[::group_size, :sp],
-      visible(jnp.arange(sp), prompt_keys),
-      cache=models.init_cache(config, n // group_size, s), cache_index=0)
-  repeat = lambda x, axis: jnp.repeat(x, group_size, axis=axis)
-  cache = models.KVCache(repeat(cache.k, 1), repeat(cache.v, 1))
-  hidden_c, _ = models.forward(
-      params, config, tokens[:, sp:], positions[:, sp:],
-      visible(jnp.arange(sp, s), real), cache=cache, cache_index=sp)
-  return jnp.concatenate([repeat(hidden_p[:, -1:], 0), hidden_c[:, :-1]],
-                         axis=1)
+  hidden_p, hidden_c = models.forward_shared_prompts(
+      params, config,
+      (tokens[::group_size, :sp], positions[::group_size, :sp],
+       visible(jnp.arange(sp), prompt_keys)),
+      (tokens[:, sp:], positions[:, sp:], visible(jnp.arange(sp, s), real)),
+      group_size=group_size)
+  return jnp.concatenate(
+      [jnp.repeat(hidden_p[:, -1:], group_size, axis=0), hidden_c[:, :-1]],
+      axis=1)
 
 
 def policy_logprobs(params, config: models.ModelConfig, tokens, input_mask,
