@@ -149,14 +149,15 @@ def decode_case(config, params, prompt_ids, batch: int, new_tokens: int):
 
 def update_case(config, params, num_prompts: int, group: int,
                 prompt_len: int, new_tokens: int):
-  """(fn, args): one `update.make_update_fn` step (AdamW, token_mean PPO
-  clip) on a synthetic batch of P x G rows of prompt_len + new_tokens."""
+  """(fn, args): one `update.make_update_fn` step as the trainer's default
+  config builds it (clipped AdamW, its log-prob chunk; token_mean PPO clip)
+  on a synthetic batch of P x G rows of prompt_len + new_tokens."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
   from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
-  from grpo_jax import objectives, train, update  # pylint: disable=g-import-not-at-top
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import objectives, optim, train, update  # pylint: disable=g-import-not-at-top
   n, s = num_prompts * group, prompt_len + new_tokens
   rng = np.random.default_rng(0)
   high = min(1000, config.vocab_size)
@@ -171,11 +172,13 @@ def update_case(config, params, num_prompts: int, group: int,
       advantages=jnp.asarray(rng.normal(size=n), jnp.float32),
       old_logp=None, ref_logp=None, sampler_logp=None,
       temperature=jnp.ones((n,), jnp.float32))
-  optimizer = optax.adamw(1e-6)
+  defaults = config_lib.get_base_config()
+  optimizer = optim.make_optimizer(
+      learning_rate=1e-6, max_grad_norm=defaults.optimizer.max_grad_norm)
   objective = objectives.make("ppo_clip", aggregation="token_mean")
   update_fn = update.make_update_fn(
       model_config=config, optimizer=optimizer, objective=objective,
-      group_size=group, jit=False)
+      group_size=group, chunk_size=defaults.train.chunk_size, jit=False)
   state = train.init_state(params, optimizer, seed=0,
                            components={"objective": objective})
   return jax.jit(update_fn), (state, batch)
