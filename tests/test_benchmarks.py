@@ -384,11 +384,12 @@ def test_first_step_text_splits_compilation():
   row["grpo_jax"].update(
       first_step_trace_s=dict(sampler=0.5, update=0.25, other=0.0),
       first_step_lower_s=dict(sampler=0.13, update=0.5, other=0.25),
-      first_step_resident_growth_gb=2.1, build_s=4.3)
+      first_step_resident_growth_gb=2.1, first_touch_gb_s=0.5, build_s=4.3)
   assert step_bench.first_step_text("grpo_jax", row["grpo_jax"]).endswith(
       "persistent cache hits; tracing 0.75 s (sampler 0.50, update 0.25, "
       "other 0.00); lowering 0.88 s (sampler 0.13, update 0.50, other 0.25); "
-      "resident memory +2.10 GB in it; train.build 4.3 s before it")
+      "resident memory +2.10 GB in it, fresh memory first written at 0.50 "
+      "GB/s here (4.20 s); train.build 4.3 s before it")
   del row["trl"]["first_step_compile_s"]
   assert step_bench.first_step_text("TRL", row["trl"]).endswith(
       "2.5x the mean later step")
@@ -449,6 +450,7 @@ def test_tiny_run_writes_json(tmp_path, monkeypatch):
   assert ours["first_step_compile_s"]["sampler"] > 0
   assert ours["first_step_trace_s"]["sampler"] > 0
   assert ours["first_step_lower_s"]["update"] > 0
+  assert ours["first_touch_gb_s"] > 0
   assert ours["build_s"] > 0
   # Tiny shapes: the small-matrix throughput makes the floor loose.
   assert ours["share_of_floor"] > 0

@@ -8,7 +8,11 @@ so the benchmarks measure it in the same run:
   unless asked for another dtype;
 - memory bandwidth: the best of several numpy copies of a large buffer
   (host memory), or of a jitted ``x + 1`` on the default device (an
-  accelerator's HBM), counting the bytes read and written, GB/s.
+  accelerator's HBM), counting the bytes read and written, GB/s;
+- first touch (printed, not a floor): GB/s at which the process writes
+  memory new to it, what an allocation larger than any block it freed costs
+  on first use; on a virtual machine whose host takes freed pages back it
+  is far below the copy bandwidth.
 
 From these, lower bounds on the time of a model's work (attention scores,
 norms and the KV cache are left out: small beside the weight matmuls here):
@@ -75,6 +79,24 @@ def memory_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
   dst = np.empty_like(src)
   return 2 * src.nbytes / best_seconds(lambda: np.copyto(dst, src),
                                        repeats) / 1e9
+
+
+def first_touch_gb_s(num_bytes=256 * 2**20) -> float:
+  """GB/s at which this process writes memory new to it: a fresh anonymous
+  mapping, 2 MiB pages asked for (as glibc asks under `allocator.enable()`),
+  written once. One measurement, not the best of several: a second mapping
+  could be given the pages this one just handed back."""
+  import mmap  # pylint: disable=g-import-not-at-top
+  region = mmap.mmap(-1, num_bytes)
+  if hasattr(mmap, "MADV_HUGEPAGE"):
+    region.madvise(mmap.MADV_HUGEPAGE)
+  pages = np.frombuffer(region, np.uint8)
+  start = time.perf_counter()
+  pages.fill(1)
+  seconds = time.perf_counter() - start
+  del pages  # the mapping closes only once no array views it
+  region.close()
+  return num_bytes / seconds / 1e9
 
 
 def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:
@@ -186,8 +208,9 @@ def main(argv=None):
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--json", default=None, help="write the limits here")
   args = parser.parse_args(argv)
+  touch = first_touch_gb_s()  # first: before the others free memory
   limits = measure(args.matmul_size, args.copy_mib * 2**20, args.repeats)
-  print(describe(limits))
+  print(describe(limits) + f"; first touch {touch:.2f} GB/s")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(limits._asdict(), f, indent=2)

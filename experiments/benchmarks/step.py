@@ -65,8 +65,9 @@ side's step is given as a share of that floor.
 Compilation: grpo_jax's first step is mostly XLA compilation; its seconds are
 printed by function (the sampler's loop, the update, the rest), with the
 tracing and lowering that precede it (jax's `jax_log_compiles` records),
-the process's growth in resident memory during the step, and the time
-`train.build` took before it. ``--compilation_cache DIR`` turns on JAX's
+the process's growth in resident memory during the step with the rate at
+which the process first writes fresh memory, measured right after it
+(`machine.first_touch_gb_s`), and the time `train.build` took before it. ``--compilation_cache DIR`` turns on JAX's
 persistent compilation cache there (every entry kept), so a second run with
 the same DIR measures the first step with a warm cache.
 
@@ -278,6 +279,8 @@ def run_grpo_jax(args, num_prompts):
           f"({sum(t for _, t in compiled):.1f} s)"
           + ("" if step == 0 else f" {[name for name, _ in compiled]}"),
           flush=True)
+    if step == 0:  # as step 0 met fresh memory; outside the timed steps
+      first_touch_gb_s = machine.first_touch_gb_s()
   out = summarize(steps)
   out["compiles_per_step"] = [len(s["compiled"]) for s in steps]
   out["compiled_after_warmup"] = [s["compiled"] for s in steps[1:]]
@@ -285,6 +288,7 @@ def run_grpo_jax(args, num_prompts):
   out["first_step_trace_s"] = stage_split(steps[0]["records"], "tracing")
   out["first_step_lower_s"] = stage_split(steps[0]["records"], "lowering")
   out["first_step_resident_growth_gb"] = steps[0]["resident_growth_gb"]
+  out["first_touch_gb_s"] = first_touch_gb_s
   out["build_s"] = build_s
   out["cache_hits"] = compile_log.cache_hits
   out["weights"], out["weight_bytes"] = machine.matmul_weights(
@@ -701,9 +705,11 @@ def first_step_text(name, r) -> str:
     text += (f"; XLA compilation in it {_split_text(split)}, "
              f"{r['cache_hits']} persistent cache hits")
   if "first_step_trace_s" in r:
+    growth, touch = r["first_step_resident_growth_gb"], r["first_touch_gb_s"]
     text += (f"; tracing {_split_text(r['first_step_trace_s'])}; lowering "
              f"{_split_text(r['first_step_lower_s'])}; resident memory "
-             f"{r['first_step_resident_growth_gb']:+.2f} GB in it; "
+             f"{growth:+.2f} GB in it, fresh memory first written at "
+             f"{touch:.2f} GB/s here ({max(growth, 0) / touch:.2f} s); "
              f"train.build {r['build_s']:.1f} s before it")
   return text
 
