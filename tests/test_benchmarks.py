@@ -524,6 +524,24 @@ def test_profile_files_an_unnamed_vocabulary_sized_op_as_logits():
   assert "dot.7" not in profile_bench.op_names(text)
 
 
+def test_profile_runs_the_trainers_update_on_a_tiny_model():
+  """The profiled update on tiny shapes: a steady call (no page fault, or
+  the last try), its ops filed by source path (the projections under
+  matmul, the log-prob head under logits) and none lost."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models  # pylint: disable=g-import-not-at-top
+  config = models.tiny_model_config(vocab_size=64)
+  params = models.init_params(config, jax.random.PRNGKey(0))
+  row = profile_bench.profile(
+      *profile_bench.update_case(config, params, 1, 2, 4, 4), threads=2,
+      most=3)
+  assert 1 <= row["calls"] <= 3
+  assert row["calls"] == 3 or row["page_faults"] == 0
+  assert row["matmul"] > 0 and row["logits"] > 0
+  total = sum(row[c] for c in profile_bench.CATEGORIES)
+  assert total == pytest.approx(row["ops_s"])
+
+
 def test_profile_table_of_three_runs_shows_medians():
   """Three hand-built runs of one workload: the wall time is the median
   with its range, the shares are the median seconds over the median op

@@ -1,8 +1,10 @@
 r"""Where the time goes: per-op XLA timings of decoding and of the update.
 
 Runs the real sampler (`sampling.sample`, 64 new tokens at temperature 1)
-at each batch, and the real `update.make_update_fn` step (AdamW, token_mean
-PPO clip) on P prompts x G completions, each once under `jax.profiler`. Every
+at each batch, and the real `update.make_update_fn` step (the trainer's
+default clipped AdamW and log-prob chunk, token_mean PPO clip) on P prompts
+x G completions, each under `jax.profiler` once warm, again until a call
+faults in no page (`profile`). Every
 XLA op's time is read from the trace and filed under a category by the
 op's source path (the `op_name` metadata of the compiled HLO: Flax module
 names, the einsum equations, `jax.named_scope`s), then printed as shares:
@@ -32,6 +34,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import tempfile
 import time
 
@@ -98,21 +101,32 @@ def op_times(trace_dir: str) -> collections.Counter:
   return times
 
 
-def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0):
-  """Runs `fn(*args)` (warm) once under the profiler; returns the split
-  (and prints the `top` slowest ops)."""
+def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0,
+            most: int = 6):
+  """Runs `fn(*args)` warm under the profiler, again until a call faults in
+  no page (at most `most` profiled calls); returns the split of the last
+  (and prints its `top` slowest ops).
+
+  A call that faults reads memory fresh from the kernel, slow to first
+  touch on a virtual machine (`machine.first_touch_gb_s`); and glibc can
+  take a fresh block for an aligned buffer the size of one it freed once a
+  small allocation (the profiler's, say) sits after it (README, the
+  allocator item): a 1 x 8 update without donation grew on each of its
+  first four calls. The row says how many calls it took (`calls`).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   names = op_names(fn.lower(*args).compile().as_text(), vocab_size)
-  # Two warm calls: the first after another workload can still find its
-  # buffers' memory fresh from the kernel (slow to first touch here).
-  for _ in range(2):
-    jax.block_until_ready(fn(*args))
-  with tempfile.TemporaryDirectory() as trace_dir:
-    with jax.profiler.trace(trace_dir):
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      wall = time.perf_counter() - start
-    times = op_times(trace_dir)
+  faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  jax.block_until_ready(fn(*args))
+  for calls in range(1, most + 1):
+    with tempfile.TemporaryDirectory() as trace_dir:
+      with jax.profiler.trace(trace_dir):
+        before, start = faults(), time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        wall, fresh = time.perf_counter() - start, faults() - before
+      if fresh == 0 or calls == most:
+        times = op_times(trace_dir)
+        break
   for name, seconds in times.most_common(top):
     op_name = names.get(name, "")
     print(f"#   {seconds:8.3f} s  {category(op_name):9s} {name}  {op_name}")
@@ -121,7 +135,8 @@ def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0):
     split[category(names.get(name, ""))] += seconds
   ops = sum(split.values())
   return dict(wall_s=wall, ops_s=ops,
-              host_idle_s=max(wall - ops / threads, 0.0), **split)
+              host_idle_s=max(wall - ops / threads, 0.0), calls=calls,
+              page_faults=fresh, **split)
 
 
 def smollm2():
