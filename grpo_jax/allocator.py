@@ -2,7 +2,7 @@
 
 XLA:CPU gets its buffers from glibc's malloc, which by default maps every
 large buffer afresh and unmaps it when freed. An update allocates
-gigabytes of temporaries a call (saved activations, gradients: 1.9 GB at
+gigabytes of temporaries a call (saved activations, gradients: 1.4 GB at
 1 x 8 on SmolLM2), and a decode step streams every weight once per token.
 Two settings help:
 
@@ -20,7 +20,10 @@ Two settings help:
   rollout lost 0.7-2 s to it against 3.3 s back to back. A 1 x 8 GRPO
   step ran 1.13x faster; the sampler alone slower (4-25% at 8 rows, cause
   not found), so decoding-only entry points leave it off. The process
-  keeps its peak memory until it exits.
+  keeps its peak memory until it exits. glibc before 2.38 may not reuse a
+  freed block for an aligned buffer of the same size once a small
+  allocation sits after it, so a loop of calls that donate nothing can
+  grow by a few times its temporaries before it settles (README).
 
 glibc reads tunables when the process starts, so `enable` re-executes the
 entry point once with them set; our entry points (`experiments.train`,
