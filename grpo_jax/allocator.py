@@ -20,8 +20,8 @@ Two settings help:
   rollout lost 0.7-2 s to it against 3.3 s back to back. A 1 x 8 GRPO
   step ran 1.13x faster; the sampler alone slower (4-25% at 8 rows, cause
   not found), so decoding-only entry points leave it off. The process
-  keeps its peak memory until it exits. glibc before 2.38 may not reuse a
-  freed block for an aligned buffer of the same size once a small
+  keeps its peak memory until it exits. glibc (2.36 measured) may not
+  reuse a freed block for an aligned buffer of the same size once a small
   allocation sits after it, so a loop of calls that donate nothing can
   grow by a few times its temporaries before it settles (README).
 

@@ -355,6 +355,68 @@ def test_forward_rejects_bad_shapes():
                    jnp.ones((2, 3, 3), bool))
 
 
+@pytest.mark.parametrize("model_type,adapted", [
+    ("llama", False), ("qwen2", False), ("qwen3", False), ("llama", True)])
+def test_shared_prompt_scan_gives_the_full_forwards_values_and_gradient(
+    model_type, adapted):
+  """`forward_shared_prompts` (through `batch.completion_hidden`), two
+  layers, each family's extra weights (q/k/v biases, q/k norms) and LoRA
+  adapters, every weight perturbed so that each one matters: the hidden
+  states of the full forward over the P*G rows, and its gradient. Prompts
+  left-padded to unequal lengths, completions ragged."""
+  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.models import lora  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config(model_type)
+  keys = iter(jax.random.split(jax.random.key(3), 64))
+  params = models.init_params(config, next(keys))
+  if adapted:
+    params = lora.combine(params, lora.init_adapters(
+        params, rank=2, targets=("q", "v", "gate", "down"), key=next(keys)))
+  params = jax.tree.map(
+      lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape), params)
+  g, sp, sc = 3, 4, 3
+  prompts = jax.random.randint(next(keys), (2, sp), 1, config.vocab_size)
+  prompt_mask = jnp.array([[1, 1, 1, 1], [0, 0, 1, 1]])
+  tokens = jnp.concatenate(
+      [jnp.repeat(prompts, g, axis=0),
+       jax.random.randint(next(keys), (2 * g, sc), 1, config.vocab_size)], 1)
+  completion_mask = jnp.array([[1, 1, 1], [1, 1, 0], [1, 0, 0]] * 2)
+  input_mask = jnp.concatenate(
+      [jnp.repeat(prompt_mask, g, axis=0), completion_mask], 1)
+  weights = jax.random.normal(next(keys), (2 * g, sc, config.hidden_size))
+
+  def loss(params, group_size):
+    hidden = batch_lib.completion_hidden(params, config, tokens, input_mask,
+                                         sp, group_size=group_size)
+    hidden = hidden * completion_mask[..., None]
+    return (weights * hidden).sum(), hidden
+
+  grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=1)
+  full_grad, full = grad(params, 1)
+  shared_grad, shared = grad(params, g)
+  assert float(jnp.abs(full).max()) > 0.1
+  testing.assert_close(shared, full, rtol=1e-5, atol=1e-5)
+  testing.assert_close(shared_grad, full_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_shared_prompt_scan_rejects_inconsistent_shapes():
+  config = testing.tiny_config()
+  params = models.init_params(config, jax.random.key(0))
+  prompt = (jnp.zeros((2, 4), jnp.int32),) * 2 + (jnp.ones((2, 4, 7), bool),)
+  completion = ((jnp.zeros((6, 3), jnp.int32),) * 2
+                + (jnp.ones((6, 3, 7), bool),))
+  run = functools.partial(models.forward_shared_prompts, params, config)
+  with pytest.raises(ValueError, match="group_size"):
+    run(prompt, completion, group_size=2)
+  with pytest.raises(ValueError, match=r"completion attention_mask .*\(6, 3, 7\)"):
+    run(prompt, completion[:2] + (jnp.ones((6, 3, 8), bool),), group_size=3)
+  with pytest.raises(ValueError, match="positions"):
+    run(prompt[:1] + (prompt[1][:, :3],) + prompt[2:], completion,
+        group_size=3)
+  hidden_p, hidden_c = run(prompt, completion, group_size=3)
+  assert hidden_p.shape == (2, 4, 64) and hidden_c.shape == (6, 3, 64)
+
+
 def test_unpermute_rope_rows_inverts_llama_cpp_permutation():
   rng = np.random.default_rng(0)
   heads, head_dim, width = 3, 8, 5

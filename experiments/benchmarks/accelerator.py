@@ -16,7 +16,8 @@ compute over float32 master weights, and prints for each:
   dtype, the output projection in float32, as the sampler keeps it), or 2
   FLOPs per weight per row, whichever binds; at batch 1 the share of the
   bandwidth bound;
-- update: one `update.make_update_fn` step (AdamW, PPO clip, token mean) on
+- update: one `update.make_update_fn` step (`profile.update_case`: the
+  default config's clipped AdamW and log-prob chunk, PPO clip, token mean) on
   P prompts x 8 completions of 32 + 64 tokens, against 6 W FLOPs per token
   it runs (each group's prompt once, as the update does): the share is the
   MFU against the measured matmul throughput (in bfloat16 the output

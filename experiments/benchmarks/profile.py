@@ -111,9 +111,12 @@ def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0,
   touch on a virtual machine (`machine.first_touch_gb_s`); and glibc can
   take a fresh block for an aligned buffer the size of one it freed once a
   small allocation (the profiler's, say) sits after it (README, the
-  allocator item): a 1 x 8 update without donation grew on each of its
-  first four calls. The row says how many calls it took (`calls`).
+  allocator item): a 1 x 8 update without donation, called alone, grew on
+  each of its first four calls. The row says how many profiled calls it
+  took (`calls`, a float so that `--runs` gives its median and range).
   """
+  if most < 1:
+    raise ValueError(f"most={most}: profile at least one call.")
   import jax  # pylint: disable=g-import-not-at-top
   names = op_names(fn.lower(*args).compile().as_text(), vocab_size)
   faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -135,8 +138,8 @@ def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0,
     split[category(names.get(name, ""))] += seconds
   ops = sum(split.values())
   return dict(wall_s=wall, ops_s=ops,
-              host_idle_s=max(wall - ops / threads, 0.0), calls=calls,
-              page_faults=fresh, **split)
+              host_idle_s=max(wall - ops / threads, 0.0),
+              calls=float(calls), page_faults=float(fresh), **split)
 
 
 def smollm2():
@@ -188,8 +191,7 @@ def update_case(config, params, num_prompts: int, group: int,
       old_logp=None, ref_logp=None, sampler_logp=None,
       temperature=jnp.ones((n,), jnp.float32))
   defaults = config_lib.get_base_config()
-  optimizer = optim.make_optimizer(
-      learning_rate=1e-6, max_grad_norm=defaults.optimizer.max_grad_norm)
+  optimizer = optim.make_optimizer(**defaults.optimizer)
   objective = objectives.make("ppo_clip", aggregation="token_mean")
   update_fn = update.make_update_fn(
       model_config=config, optimizer=optimizer, objective=objective,

@@ -67,9 +67,10 @@ printed by function (the sampler's loop, the update, the rest), with the
 tracing and lowering that precede it (jax's `jax_log_compiles` records),
 the process's growth in resident memory during the step with the rate at
 which the process first writes fresh memory, measured right after it
-(`machine.first_touch_gb_s`), and the time `train.build` took before it. ``--compilation_cache DIR`` turns on JAX's
-persistent compilation cache there (every entry kept), so a second run with
-the same DIR measures the first step with a warm cache.
+(`machine.first_touch_gb_s`), and the time `train.build` took before it.
+``--compilation_cache DIR`` turns on JAX's persistent compilation cache
+there (every entry kept), so a second run with the same DIR measures the
+first step with a warm cache.
 
 ``--runs 3`` repeats the whole benchmark back to back (the machine's limits
 too) and gives each time and ratio as the median with its range;
