@@ -535,7 +535,7 @@ def test_profile_runs_the_trainers_update_on_a_tiny_model():
   row = profile_bench.profile(
       *profile_bench.update_case(config, params, 1, 2, 4, 4), threads=2,
       most=3)
-  assert row["calls"] in (1.0, 2.0, 3.0) and row["page_faults"] >= 0
+  assert row["calls"] in (1.0, 2.0, 3.0)
   assert row["matmul"] > 0 and row["logits"] > 0 and row["wall_s"] > 0
   with pytest.raises(ValueError, match="most=0"):
     profile_bench.profile(None, (), threads=2, most=0)

@@ -105,11 +105,6 @@ def make_data(args):
   return data
 
 
-def _rss_bytes():
-  with open("/proc/self/statm") as f:
-    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _peak_rss_bytes():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -171,14 +166,14 @@ def run_jax(args, config):
   if not result["fits"]:
     return result
   jax.block_until_ready(inputs)
-  base = _rss_bytes()
+  base = machine.resident_bytes()
   times = []
   for _ in range(args.repeats):
     start = time.perf_counter()
     loss, _ = jax.block_until_ready(compiled(*inputs))
     times.append(time.perf_counter() - start)
   result.update(time_s=min(times), loss=float(loss),
-                rss_delta_bytes=max(0, _peak_rss_bytes() - base))
+                rss_delta_bytes=int(max(0, _peak_rss_bytes() - base)))
   return result
 
 
@@ -222,7 +217,7 @@ def run_torch(args, config):
   # Token-mean over the whole batch: each chunk divides by the global count,
   # so the accumulated gradient is exactly the one-shot gradient.
   count = mask.sum()
-  base = _rss_bytes()
+  base = machine.resident_bytes()
   total_loss = 0.0
   elapsed = 0.0
   for _ in range(args.repeats):

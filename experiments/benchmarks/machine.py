@@ -30,6 +30,7 @@ lookup, not a matmul).
 
 import argparse
 import json
+import os
 import time
 from typing import NamedTuple
 
@@ -101,6 +102,16 @@ def first_touch_gb_s(num_bytes=256 * 2**20) -> float:
   finally:
     region.close()
   return num_bytes / seconds / 1e9
+
+
+def resident_bytes():
+  """This process's resident memory in bytes (Linux; NaN elsewhere)."""
+  try:
+    with open("/proc/self/statm") as f:
+      pages = int(f.read().split()[1])
+  except (OSError, IndexError, ValueError):
+    return float("nan")
+  return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def device_bandwidth_gb_s(num_bytes=512 * 2**20, repeats=5) -> float:

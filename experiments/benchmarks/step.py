@@ -208,15 +208,6 @@ def stage_split(records, stage):
   return compile_split(stage_records(records, stage))
 
 
-def resident_gb() -> float:
-  """This process's resident memory, GB (Linux; NaN elsewhere)."""
-  try:
-    pages = int(pathlib.Path("/proc/self/statm").read_text().split()[1])
-  except (OSError, IndexError, ValueError):
-    return float("nan")
-  return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
-
-
 def update_tokens(input_mask, completion_length) -> float:
   """The positions an update must run: each group's real prompt tokens
   once (its G rows share them), every real completion token."""
@@ -264,7 +255,7 @@ def run_grpo_jax(args, num_prompts):
   state = run.state
   steps = []
   for step in range(args.steps + 1):
-    before, resident = len(compile_log.records), resident_gb()
+    before, resident = len(compile_log.records), machine.resident_bytes()
     state, m = train.train_step(run, state, step)
     records = compile_log.records[before:]
     compiled = stage_records(records, "compilation")
@@ -274,7 +265,8 @@ def run_grpo_jax(args, num_prompts):
         update_s=m["time/update_s"],
         completion_length=m["completion_length/mean"],
         update_tokens=update_tokens[-1], compiled=compiled,
-        records=records, resident_growth_gb=resident_gb() - resident))
+        records=records,
+        resident_growth_gb=(machine.resident_bytes() - resident) / 1e9))
     print(f"# grpo_jax P={num_prompts} step {step}: "
           f"{steps[-1]['step_s']:.2f} s, {len(compiled)} compilations "
           f"({sum(t for _, t in compiled):.1f} s)"
