@@ -1,7 +1,7 @@
 """SD-GRPO (seed list 000 ¶25): segment-decomposed advantages on problems
 of several parts, each part's answer rewarded on its own.
 
-Task `data.SegmentTask` (``data.task="segments"``): "Compute each: (a) 3 + 4
+Task `arithmetic.SegmentTask` (``data.task="segments"``): "Compute each: (a) 3 + 4
 (b) 5 + 2. Write each result in its box: (a) 3 + 4 = \\boxed{} (b) 5 + 2 =
 \\boxed{}", 2 to ``data.max_segments`` = 3 parts. Segment s of a completion
 is its s-th ``\\boxed{}`` (reward 1 if it equals the s-th sub-answer, plus

@@ -15,6 +15,7 @@ import os
 
 import ml_collections
 
+from grpo_jax import arithmetic
 from grpo_jax import config_errors
 from grpo_jax import data
 from grpo_jax import stage_checks
@@ -404,9 +405,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c.data.operands < 2:
       _fail("data.operands", f"{c.data.operands!r} is below 2",
             "set operands >= 2")
-    if not c.data.ops or not set(c.data.ops) <= set(data.OPERATORS):
+    if not c.data.ops or not set(c.data.ops) <= set(arithmetic.OPERATORS):
       _fail("data.ops", f"{c.data.ops!r} is invalid",
-            f"choose a nonempty subset of {data.OPERATORS}")
+            f"choose a nonempty subset of {arithmetic.OPERATORS}")
   if c.data.task == "segments" and c.data.max_segments < 2:
     _fail("data.max_segments", f"{c.data.max_segments!r} is below 2",
           "set max_segments >= 2 (a problem has two or more parts)")

@@ -11,6 +11,7 @@ import logging
 import numpy as np
 import pytest
 
+from grpo_jax import arithmetic
 from grpo_jax import config as config_lib
 from experiments.benchmarks import machine
 from experiments.benchmarks import profile as profile_bench
@@ -270,7 +271,7 @@ def test_trl_dataset_holds_grpo_jax_prompts_in_order():
         {"role": "system", "content": c.data.system_prompt},
         {"role": "user", "content": example.question}]
     assert row["answer"] == example.answer
-  assert isinstance(task, data.ArithmeticTask)
+  assert isinstance(task, arithmetic.ArithmeticTask)
 
 
 def _step_row():

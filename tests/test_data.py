@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from grpo_jax import arithmetic
 from grpo_jax import data
 from grpo_jax import rewards
 from grpo_jax import testing
@@ -17,24 +18,24 @@ def _expression(example):
 
 
 def test_train_is_deterministic_in_seed_and_step():
-  task = data.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=3)
-  again = data.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=3)
+  task = arithmetic.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=3)
+  again = arithmetic.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=3)
   assert task.train(7, 16) == again.train(7, 16)
   assert task.train(7, 16) != task.train(8, 16)
-  other_seed = data.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=4)
+  other_seed = arithmetic.ArithmeticTask(digits=2, ops=("+", "-"), operands=2, seed=4)
   assert task.train(7, 16) != other_seed.train(7, 16)
 
 
 def test_train_after_resume_is_the_same_order():
   # A run resumed at step 5 asks only for steps >= 5.
-  first = data.ArithmeticTask(seed=1)
+  first = arithmetic.ArithmeticTask(seed=1)
   stream = [first.train(step, 4) for step in range(8)]
-  resumed = data.ArithmeticTask(seed=1)
+  resumed = arithmetic.ArithmeticTask(seed=1)
   assert [resumed.train(step, 4) for step in range(5, 8)] == stream[5:]
 
 
 def test_answers_are_correct_arithmetic():
-  task = data.ArithmeticTask(digits=2, ops=("+", "-", "*"), operands=3, seed=0)
+  task = arithmetic.ArithmeticTask(digits=2, ops=("+", "-", "*"), operands=3, seed=0)
   for example in task.train(0, 50) + task.heldout(20):
     numbers = [int(x) for x in re.findall(r"\d+", _expression(example))]
     ops = re.findall(r" ([-+*]) ", _expression(example))
@@ -46,7 +47,7 @@ def test_answers_are_correct_arithmetic():
 
 
 def test_answers_score_as_correct():
-  task = data.ArithmeticTask(digits=2, ops=("-", "*"), operands=2)
+  task = arithmetic.ArithmeticTask(digits=2, ops=("-", "*"), operands=2)
   batch = task.train(0, 4)
   completions = [f"\\boxed{{{e.answer}}}" for e in batch]
   assert rewards.accuracy([e.question for e in batch], completions,
@@ -54,7 +55,7 @@ def test_answers_score_as_correct():
 
 
 def test_heldout_disjoint_from_train_small_space():
-  task = data.ArithmeticTask(digits=1, ops=("+",), operands=2, seed=0)
+  task = arithmetic.ArithmeticTask(digits=1, ops=("+",), operands=2, seed=0)
   heldout = {_expression(e) for e in task.heldout(task_heldout_size(task))}
   seen = {_expression(e) for step in range(50) for e in task.train(step, 32)}
   assert heldout and not heldout & seen
@@ -67,7 +68,7 @@ def task_heldout_size(task):
 
 
 def test_heldout_disjoint_from_train_large_space():
-  task = data.ArithmeticTask(digits=3, ops=("+", "*"), operands=3, seed=0)
+  task = arithmetic.ArithmeticTask(digits=3, ops=("+", "*"), operands=3, seed=0)
   heldout = task.heldout(50)
   assert len({e.question for e in heldout}) == 50
   seen = {_expression(e) for step in range(20) for e in task.train(step, 50)}
@@ -75,21 +76,21 @@ def test_heldout_disjoint_from_train_large_space():
 
 
 def test_heldout_same_for_every_seed():
-  assert data.ArithmeticTask(seed=0).heldout(5) == data.ArithmeticTask(
+  assert arithmetic.ArithmeticTask(seed=0).heldout(5) == arithmetic.ArithmeticTask(
       seed=9).heldout(5)
 
 
 def test_heldout_too_many_raises():
-  task = data.ArithmeticTask()
+  task = arithmetic.ArithmeticTask()
   with pytest.raises(ValueError, match="held out"):
     task.heldout(task_heldout_size(task) + 1)
 
 
 def test_difficulty_settings_change_problems():
-  base = data.ArithmeticTask(digits=1, ops=("+",), operands=2).train(0, 64)
-  wide = data.ArithmeticTask(digits=3, ops=("+",), operands=2).train(0, 64)
-  many = data.ArithmeticTask(digits=1, ops=("+",), operands=4).train(0, 64)
-  mixed = data.ArithmeticTask(digits=1, ops=("-", "*"), operands=2).train(0, 64)
+  base = arithmetic.ArithmeticTask(digits=1, ops=("+",), operands=2).train(0, 64)
+  wide = arithmetic.ArithmeticTask(digits=3, ops=("+",), operands=2).train(0, 64)
+  many = arithmetic.ArithmeticTask(digits=1, ops=("+",), operands=4).train(0, 64)
+  mixed = arithmetic.ArithmeticTask(digits=1, ops=("-", "*"), operands=2).train(0, 64)
   assert max(int(x) for e in base for x in re.findall(r"\d+", _expression(e))) < 10
   assert max(int(x) for e in wide for x in re.findall(r"\d+", _expression(e))) >= 100
   assert all(_expression(e).count("+") == 3 for e in many)
@@ -104,13 +105,13 @@ def test_difficulty_settings_change_problems():
 ])
 def test_arithmetic_task_rejects_bad_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    data.ArithmeticTask(**kwargs)
+    arithmetic.ArithmeticTask(**kwargs)
 
 
 def test_questions_are_bare_unless_instructed():
-  bare = data.ArithmeticTask().train(0, 1)[0].question
+  bare = arithmetic.ArithmeticTask().train(0, 1)[0].question
   assert re.fullmatch(r"What is \d \+ \d\?", bare)
-  task = data.ArithmeticTask(instruction=rewards.ANSWER_INSTRUCTION)
+  task = arithmetic.ArithmeticTask(instruction=rewards.ANSWER_INSTRUCTION)
   question = task.train(0, 1)[0].question
   assert question == bare + " " + rewards.ANSWER_INSTRUCTION
 
@@ -301,7 +302,7 @@ def test_format_prompt_with_smollm2_tokenizer():
   from grpo_jax.models import loading  # pylint: disable=g-import-not-at-top
   path = loading.embedded_model_path("smollm2-135m-instruct")
   tokenizer = loading.load_tokenizer(path.parent, gguf_file=path.name)
-  question = data.ArithmeticTask().heldout(1)[0].question
+  question = arithmetic.ArithmeticTask().heldout(1)[0].question
   text = data.format_prompt(tokenizer, question,
                             system_prompt=data.SYSTEM_PROMPT)
   assert text == (f"<|im_start|>system\n{data.SYSTEM_PROMPT}<|im_end|>\n"

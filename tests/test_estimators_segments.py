@@ -1,5 +1,5 @@
 """SD-GRPO (grpo_jax/advantages/segments.py), the multi-part task it trains
-on (data.SegmentTask), its segment rewards and token map
+on (arithmetic.SegmentTask), its segment rewards and token map
 (rewards.verifiers) and an off-policy learning test (every estimator
 config's one-step run is in tests/test_estimators_stateless.py).
 
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
+from grpo_jax import arithmetic
 from grpo_jax import config as config_lib
 from grpo_jax import data
 from grpo_jax import groups as groups_lib
@@ -243,7 +244,7 @@ def test_a_boxed_number_earns_the_box_reward_right_or_wrong():
   assert verifiers.all_segments([""], [r"\boxed{7} \boxed{-4}"],
                                 ["7; 12"]) == [0.0]
   with pytest.raises(ValueError, match="box_reward"):
-    data.SegmentTask(box_reward=-0.1)
+    arithmetic.SegmentTask(box_reward=-0.1)
   for bad in (-0.1, float("nan"), float("inf")):
     config = importlib.import_module("configs.sd_grpo").get_config()
     config.data.box_reward = bad
@@ -300,7 +301,7 @@ def test_segment_token_ids_with_the_tiny_tokenizer():
 def test_segment_task_is_deterministic_disjoint_and_right():
   task = data.make_task(
       importlib.import_module("configs.sd_grpo").get_config().data, seed=3)
-  assert isinstance(task, data.SegmentTask) and task.max_segments == 3
+  assert isinstance(task, arithmetic.SegmentTask) and task.max_segments == 3
   batch = task.train(5, 64)
   assert batch == task.train(5, 64) and batch != task.train(6, 64)
   heldout = task.heldout(20)
@@ -330,7 +331,7 @@ def test_segment_task_is_deterministic_disjoint_and_right():
     assert example.index == offset + sum(
         d * 100**(len(parts) - 1 - i) for i, d in enumerate(parts))
   with pytest.raises(ValueError, match="max_segments"):
-    data.SegmentTask(max_segments=1)
+    arithmetic.SegmentTask(max_segments=1)
 
 
 # ---------------------------------------------------------------- learning

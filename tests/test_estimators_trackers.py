@@ -14,6 +14,7 @@ import pytest
 from configs import riskpo as riskpo_config
 from configs import spo as spo_config
 from grpo_jax import advantages
+from grpo_jax import arithmetic
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import data
@@ -450,14 +451,14 @@ def test_estimator_learns_a_trivial_task_off_policy(name, options):
 
 
 def test_arithmetic_indices_are_stable_and_invert():
-  task = data.ArithmeticTask(digits=1, ops=("+", "*"), operands=3, seed=4)
+  task = arithmetic.ArithmeticTask(digits=1, ops=("+", "*"), operands=3, seed=4)
   assert task.num_problems == 1000 * 4
   # 3 + 5 * 2: digits (3, 5, 2), then ops (+ = 0, * = 1).
   assert task.index((3, 5, 2), ("+", "*")) == ((3 * 10 + 5) * 10 + 2) * 4 + 1
   for example in task.train(0, 16) + task.heldout(4):
     assert 0 <= example.index < task.num_problems
     assert task.example(example.index) == example
-  other_seed = data.ArithmeticTask(digits=1, ops=("+", "*"), operands=3,
+  other_seed = arithmetic.ArithmeticTask(digits=1, ops=("+", "*"), operands=3,
                                    seed=9)
   assert other_seed.example(123) == task.example(123)
   assert len({task.example(i).question
@@ -478,7 +479,7 @@ def test_list_dataset_indices_are_positions():
 
 
 def test_arithmetic_train_indices_are_the_problems_not_held_out():
-  task = data.ArithmeticTask(seed=1)
+  task = arithmetic.ArithmeticTask(seed=1)
   trainable = set(task.train_indices().tolist())
   held = {e.index for e in task.heldout(18)}
   assert len(trainable) == 82 and not trainable & held  # 18 held out

@@ -14,6 +14,7 @@ import pytest
 from configs import dapo as dapo_config
 from configs import grpo as grpo_config
 from grpo_jax import advantages
+from grpo_jax import arithmetic
 from grpo_jax import batch as batch_lib
 from grpo_jax import credit
 from grpo_jax import data
@@ -340,7 +341,7 @@ def test_make_task_reads_the_registered_task():
   config = grpo_config.get_config("tiny")
   config.data.digits, config.data.ops = 2, ("+", "*")
   task = data.make_task(config.data, seed=3)
-  assert isinstance(task, data.ArithmeticTask)
+  assert isinstance(task, arithmetic.ArithmeticTask)
   assert (task.digits, task.ops, task.seed) == (2, ("+", "*"), 3)
   assert set(data.TASKS.names()) == {"arithmetic", "gsm8k", "jsonl",
                                      "segments"}

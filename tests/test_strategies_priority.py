@@ -14,6 +14,7 @@ import pytest
 from configs import edge_grpo as edge_config
 from configs import spo as spo_config
 from grpo_jax import advantages
+from grpo_jax import arithmetic
 from grpo_jax import batch as batch_lib
 from grpo_jax import checkpoint
 from grpo_jax import config as config_lib
@@ -291,7 +292,7 @@ class CharTokenizer:
 
 
 def test_reference_rows_tokenise_score_and_score_logprobs():
-  task = data.ArithmeticTask()
+  task = arithmetic.ArithmeticTask()
   example = task.example(task.index((3, 5), ("+",)))
   assert references.solution_text(task, example) == "3 + 5 = \\boxed{8}"
   assert references.solution_text(

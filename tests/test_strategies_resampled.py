@@ -15,6 +15,7 @@ import pytest
 from configs import aero as aero_config
 from configs import dapo as dapo_config
 from configs import ghpo as ghpo_config
+from grpo_jax import arithmetic
 from grpo_jax import config as config_lib
 from grpo_jax import data
 from grpo_jax import references
@@ -87,7 +88,7 @@ def test_hinted_questions_are_the_spec_vectors():
   plain = hint([eight, ten], [0.0, 0.5])
   assert plain[0] is eight and plain[1].answer == "2"
   # The arithmetic task's own one-line working.
-  task = data.ArithmeticTask()
+  task = arithmetic.ArithmeticTask()
   example = task.example(task.index((3, 5), ("+",)))
   (hinted,) = references.hint_examples([example], [0.5], task=task,
                                        tokenizer=CharTokenizer())

@@ -1,7 +1,7 @@
 """Segment-decomposed estimators over per-segment rewards: sd_grpo.
 
 A multi-part problem's completion answers each part in its own ``\\boxed{}``
-(`data.SegmentTask`); each answer (a segment) has its own verifiable reward
+(`arithmetic.SegmentTask`); each answer (a segment) has its own verifiable reward
 (`GroupData.segment_rewards` [P, G, S]) and owns the tokens that lead to it
 (`GroupData.segment_ids` [P, G, T], `rewards.verifiers.segment_token_ids`).
 The estimator's output is token level: [N, T] advantages, row p*G + g.
