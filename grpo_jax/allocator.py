@@ -23,7 +23,8 @@ Two settings help:
   keeps its peak memory until it exits. glibc (2.36 measured) may not
   reuse a freed block for an aligned buffer of the same size once a small
   allocation sits after it, so a loop of calls that donate nothing can
-  grow by a few times its temporaries before it settles (README).
+  grow by a few times its temporaries before it settles
+  (experiments/benchmarks/NOTES.md).
 
 glibc reads tunables when the process starts, so `enable` re-executes the
 entry point once with them set; our entry points (`experiments.train`,
@@ -106,7 +107,8 @@ def enable(keep_freed: bool = True) -> None:
   not restart). Call it first in an entry point's ``__main__``, before any
   work and ideally before heavy imports: nothing done before it survives.
   Decoding alone (evaluation, the sampler benchmark) passes
-  ``keep_freed=False``: it ran slower with it (README, Benchmarks)."""
+  ``keep_freed=False``: it ran slower with it (README, Benchmarks;
+  experiments/benchmarks/NOTES.md)."""
   value = tunables(os.environ, thp_mode(), keep_freed=keep_freed)
   if value is None or "IPython" in sys.modules:
     return

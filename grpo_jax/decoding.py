@@ -79,7 +79,8 @@ def _rope_columns(x, cos, sin):
 # Jitted on its own so that the unrolled loop traces one layer, not 30: the
 # other calls hit jax's trace cache (the sampler traced in 0.34-0.38 s
 # instead of 0.48 s on SmolLM2); XLA inlines the calls, so the compiled
-# float32 step has the same ops (bfloat16 rounds differently: README).
+# float32 step has the same ops (bfloat16 rounds differently:
+# experiments/benchmarks/NOTES.md).
 @functools.partial(jax.jit, static_argnums=0)
 def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   """`transformer.Block` for one new token per row, feature-major.
