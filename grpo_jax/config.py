@@ -39,6 +39,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   # cache in bf16 over float32 master weights; optimiser state, log-probs
   # and the loss stay float32.
   c.model.dtype = "float32"
+  # Gradient checkpointing: the update recomputes each layer's activations
+  # in its backward pass instead of keeping them (less memory, one more
+  # forward pass; README, Benchmarks).
+  c.model.remat = False
 
   # Low-rank adapters (models.lora): rank 0 trains every weight; rank r > 0
   # trains only A [in, r] and B [r, out] on each `targets` matrix, the base

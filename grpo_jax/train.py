@@ -336,6 +336,7 @@ def load_policy(config) -> tuple:
   model_config, params, tokenizer = models.load_model(
       config.model.name, seed=config.seed, revision=config.model.revision,
       dtype=config.model.dtype)
+  model_config = model_config.replace(remat=config.model.remat)
   if not config.lora.rank:
     return model_config, params, None, tokenizer
   model_config = model_config.replace(

@@ -331,10 +331,10 @@ def test_fully_masked_query_rows_give_finite_values_and_grads():
   mask = jnp.array([[0, 0, 1, 1]], bool)
 
   def loss(params):
-    # remat=True also exercises the rematerialised scan body.
-    hidden, _ = models.forward(params, config, tokens,
+    # remat also exercises the rematerialised scan body.
+    hidden, _ = models.forward(params, config.replace(remat=True), tokens,
                                models.positions_from_mask(mask),
-                               models.causal_attention_mask(mask), remat=True)
+                               models.causal_attention_mask(mask))
     return jnp.sum(models.logits(params, config, hidden) ** 2)
 
   value, grads = jax.jit(jax.value_and_grad(loss))(params)
@@ -397,6 +397,37 @@ def test_shared_prompt_scan_gives_the_full_forwards_values_and_gradient(
   assert float(jnp.abs(full).max()) > 0.1
   testing.assert_close(shared, full, rtol=1e-5, atol=1e-5)
   testing.assert_close(shared_grad, full_grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("group_size", [1, 4])
+def test_remat_keeps_the_gradient_with_fewer_temporaries(group_size):
+  """`ModelConfig.remat` on both paths of `batch.completion_hidden` (Flax's
+  scan at G=1, the shared-prompt scan at G>1): the same gradient, and
+  XLA's memory analysis of the compiled gradient counts fewer temporaries
+  (each layer keeps its inputs alone; about half at 4 layers here)."""
+  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config(num_layers=4)
+  keys = iter(jax.random.split(jax.random.key(5), 4))
+  params = models.init_params(config, next(keys))
+  p, g, sp, sc = 2, 4, 8, 24
+  tokens = jax.random.randint(next(keys), (p * g, sp + sc), 1,
+                              config.vocab_size)
+  tokens = tokens.at[:, :sp].set(jnp.repeat(tokens[::g, :sp], g, axis=0))
+  input_mask = jnp.ones_like(tokens)
+  weights = jax.random.normal(next(keys), (p * g, sc, config.hidden_size))
+
+  def gradient(config):
+    loss = lambda params: (weights * batch_lib.completion_hidden(
+        params, config, tokens, input_mask, sp, group_size=group_size)).sum()
+    return jax.jit(jax.grad(loss))
+
+  plain, remat = gradient(config), gradient(config.replace(remat=True))
+  expected = plain(params)
+  scale = max(float(jnp.abs(x).max()) for x in jax.tree.leaves(expected))
+  testing.assert_close(remat(params), expected, rtol=1e-5, atol=1e-5 * scale)
+  temp = lambda fn: fn.lower(params).compile().memory_analysis(
+      ).temp_size_in_bytes
+  assert temp(remat) < 0.6 * temp(plain)
 
 
 def test_shared_prompt_scan_rejects_inconsistent_shapes():

@@ -258,6 +258,20 @@ def test_update_arguments_are_params_two_moments_and_the_batch(devices):
                          + update.resident)
 
 
+def test_model_remat_reaches_the_planned_update():
+  """`model.remat` (train.load_policy and the planner's abstract policy set
+  it on the model config): the update's temporaries shrink, its arguments
+  and outputs stay."""
+  plans = []
+  for remat in (False, True):
+    c = tiny_config(**{"model.remat": remat})
+    (update,) = planning.plan(c, mesh=mesh(c, 1), programs=("update",)).programs
+    plans.append(update.memory)
+  plain, remat = plans
+  assert remat.temp < plain.temp
+  assert (remat.argument, remat.output) == (plain.argument, plain.output)
+
+
 def test_lora_update_holds_the_base_once_and_moments_of_the_adapters():
   c = tiny_config()
   if "lora" not in c:
@@ -350,10 +364,13 @@ def test_resident_during_a_program_excludes_its_arguments():
 
 def test_abstract_state_matches_train_build():
   """The planner composes train.py's functions as `train.build` does; the
-  state it plans for is the one the trainer builds."""
-  c = tiny_config()
+  state it plans for is the one the trainer builds, and its model config
+  (with `model.remat`, which both set from the config)."""
+  c = tiny_config(**{"model.remat": True})
   run = train.build(c)
-  planned = planning.abstract_training(c, run.model_config)
+  planned = planning.abstract_training(
+      c, planning.model_config_from_name("tiny")[0])
+  assert planned.model_config == run.model_config and run.model_config.remat
   shapes = lambda tree: jax.tree.map(lambda x: (np.shape(x), x.dtype), tree)
   assert shapes(planned.state) == shapes(run.state)
   assert shapes(planned.ref_params) == shapes(run.ref_params)

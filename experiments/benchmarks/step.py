@@ -10,7 +10,10 @@ at 0.2, the same KL coefficient `beta` (TRL's default 0: no reference model),
 the same loss aggregation (TRL ``loss_type="dapo"`` = ``token_mean``,
 ``"grpo"`` = ``seq_mean_token_mean``), and AdamW with the same learning rate,
 betas (0.9, 0.999), eps, weight decay and gradient clipping, constant schedule.
-TRL runs on CPU with gradient checkpointing, bf16 and vLLM off, logging off.
+TRL runs on CPU with bf16 and vLLM off, logging off. Gradient checkpointing is
+off on every side, or on with ``--remat`` (grpo_jax's ``model.remat``, TRL's
+``gradient_checkpointing``, Tunix's ``RematConfig.DECODER``: each layer's
+activations recomputed in the backward pass).
 Every completion has exactly T tokens on both sides, so both do the same work:
 TRL generates with ``min_new_tokens=T`` (its end ids suppressed until then),
 grpo_jax's rollout is rebuilt with a sampler that has no end ids.
@@ -140,6 +143,7 @@ def make_config(args, num_prompts):
   c.train.microbatch_size = 0
   # Cold compiles unless asked (`train.enable_compilation_cache`).
   c.train.compilation_cache_dir = args.compilation_cache or ""
+  c.model.remat = args.remat
   return c
 
 
@@ -372,7 +376,7 @@ def run_trl(args, num_prompts):
   workdir = tempfile.mkdtemp(prefix="trl_step_")
   trl_config = trl.GRPOConfig(
       output_dir=workdir, use_cpu=True, bf16=False, fp16=False,
-      gradient_checkpointing=False, use_vllm=False,
+      gradient_checkpointing=args.remat, use_vllm=False,
       report_to="none", logging_strategy="no", save_strategy="no",
       disable_tqdm=True, seed=config.seed, shuffle_dataset=False,
       per_device_train_batch_size=num_prompts * NUM_GENERATIONS,
@@ -655,6 +659,8 @@ def run_worker(args, framework, num_prompts):
              "--config", args.config, "--model", args.model]
   if args.compilation_cache:
     command += ["--compilation_cache", args.compilation_cache]
+  if args.remat:
+    command.append("--remat")
   subprocess.run(command, check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
@@ -754,6 +760,8 @@ def parse_args(argv=None):
   parser.add_argument("--compilation_cache", default=None, metavar="DIR",
                       help="JAX's persistent compilation cache directory "
                            "(grpo_jax; run twice to time a warm first step)")
+  parser.add_argument("--remat", action="store_true",
+                      help="gradient checkpointing on every side")
   parser.add_argument("--runs", type=int, default=1,
                       help="whole runs back to back; the table shows each "
                            "time's median and range over them")
@@ -827,7 +835,8 @@ def main(argv=None):
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"{machine.describe(limits)}; mean of {args.steps} steps after one "
         f"warm-up step; beta={args.beta}, loss_type={args.loss_type} "
-        f"({LOSS_TYPES[args.loss_type]}); {allocator.describe()}")
+        f"({LOSS_TYPES[args.loss_type]}); gradient checkpointing "
+        f"{'on' if args.remat else 'off'}; {allocator.describe()}")
   if args.runs > 1:
     print(f"median of {args.runs} runs, the range in brackets; " + "; ".join(
         f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))

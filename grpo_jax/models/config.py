@@ -53,6 +53,10 @@ class ModelConfig:
   param_dtype: str = "float32"
   # alpha / rank of LoRA adapters, where the params carry them (`lora`).
   lora_scale: float = 1.0
+  # Recompute each layer's activations in the backward pass (gradient
+  # checkpointing): the gradient keeps only the layers' inputs, for one
+  # more forward pass. Only gradients see it; values are the same.
+  remat: bool = False
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:

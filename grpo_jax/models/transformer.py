@@ -303,7 +303,6 @@ class Block(nn.Module):
 class Decoder(nn.Module):
   """Embedding, scanned layers, final norm. Returns hidden states [B, S, D]."""
   config: ModelConfig
-  remat: bool = False
 
   @nn.compact
   def __call__(self, tokens, positions, attention_mask, cache, cache_index):
@@ -317,7 +316,7 @@ class Decoder(nn.Module):
     x = embed_tokens(embed, tokens, dtype)
     cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
 
-    block = nn.remat(Block) if self.remat else Block
+    block = nn.remat(Block) if cfg.remat else Block
     layers = nn.scan(
         block,
         variable_axes={"params": 0},
@@ -370,8 +369,7 @@ def _check_inputs(config, tokens, positions, attention_mask, cache):
 
 
 def forward(params, config: ModelConfig, tokens, positions, attention_mask, *,
-            cache: Optional[KVCache] = None, cache_index=0,
-            remat: bool = False):
+            cache: Optional[KVCache] = None, cache_index=0):
   """Hidden states after the final norm (not logits), and the updated cache.
 
   Args:
@@ -385,13 +383,12 @@ def forward(params, config: ModelConfig, tokens, positions, attention_mask, *,
       are written at slots [cache_index, cache_index + S) before attending.
     cache_index: int or traced int32 scalar. lax.dynamic_update_slice clamps
       it to L - S, so callers must keep cache_index + S <= L.
-    remat: rematerialise each layer in the backward pass (saves memory).
 
   Returns:
     (hidden [B, S, D] in config.dtype, new KVCache or None without a cache).
   """
   _check_inputs(config, tokens, positions, attention_mask, cache)
-  return Decoder(config, remat=remat).apply(
+  return Decoder(config).apply(
       {"params": params}, tokens, positions, attention_mask.astype(bool),
       cache, cache_index)
 
@@ -466,6 +463,8 @@ def forward_shared_prompts(params, config: ModelConfig, prompt, completion, *,
     x_c, _ = block(x_c, repeated, cos_c, sin_c, mask_c, sp)
     return (x_p, x_c), None
 
+  if cfg.remat:  # the backward pass keeps each layer's inputs alone
+    layer = jax.checkpoint(layer, prevent_cse=False)
   (x_p, x_c), _ = jax.lax.scan(layer, (embed(tokens_p), embed(tokens_c)),
                                params["layers"])
   norm = lambda x: rms_norm(x, params["final_norm"], cfg.rms_norm_eps)

@@ -175,6 +175,7 @@ def abstract_policy(config, model_config: models.ModelConfig):
   ``lora.rank > 0`` fresh adapters train over the frozen base."""
   params = jax.eval_shape(
       lambda: models.init_params(model_config, jax.random.PRNGKey(0)))
+  model_config = model_config.replace(remat=config.model.get("remat", False))
   lora_config = config.get("lora")
   if lora_config is None or not lora_config.get("rank", 0):
     return model_config, params, None
