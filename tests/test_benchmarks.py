@@ -228,18 +228,12 @@ def test_config_is_valid_and_matches_trl(loss_type, aggregation):
   assert c.train.num_steps == 3  # one warm-up step + 2 timed
 
 
-def test_remat_is_off_unless_asked_and_then_on_in_grpo_jax_and_tunix():
-  off = step_bench.make_config(step_bench.parse_args([]), num_prompts=1)
-  on = step_bench.make_config(step_bench.parse_args(["--remat"]), 1)
-  assert (off.model.remat, on.model.remat) == (False, True)
-  tunix = pytest.importorskip("tunix.models.llama3.model")
-  import jax  # pylint: disable=g-import-not-at-top
-  from grpo_jax import testing  # pylint: disable=g-import-not-at-top
-  from grpo_jax import models  # pylint: disable=g-import-not-at-top
-  config = testing.tiny_config(tie_word_embeddings=True, remat=True)
-  params = models.init_params(config, jax.random.key(0))
-  model = sampler_bench.tunix_model(config, params)
-  assert model.config.remat_config == tunix.RematConfig.DECODER
+def test_remat_is_off_unless_asked_and_then_leaves_tunix_out():
+  off = step_bench.parse_args([])
+  on = step_bench.parse_args(["--remat"])
+  assert step_bench.make_config(off, num_prompts=1).model.remat is False
+  assert step_bench.make_config(on, num_prompts=1).model.remat is True
+  assert "tunix" not in step_bench.peers_to_run(on)
 
 
 def test_summarize_skips_the_warmup_step():

@@ -209,8 +209,7 @@ def patch_tunix_rope(theta):
 
 
 def tunix_model(config, params):
-  """Tunix's Llama3 (nnx) holding grpo_jax's weights ([in, out] both),
-  each layer rematerialised where `config.remat` asks."""
+  """Tunix's Llama3 (nnx) holding grpo_jax's weights ([in, out] both)."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.llama3 import model as llama  # pylint: disable=g-import-not-at-top
   assert config.tie_word_embeddings and not config.qkv_bias, config
@@ -220,9 +219,7 @@ def tunix_model(config, params):
       num_layers=config.num_layers, vocab_size=config.vocab_size,
       embed_dim=d, hidden_dim=config.intermediate_size, num_heads=h,
       head_dim=hd, num_kv_heads=k, rope_theta=int(config.rope_theta),
-      norm_eps=config.rms_norm_eps, weight_tying=True,
-      remat_config=(llama.RematConfig.DECODER if config.remat
-                    else llama.RematConfig.NONE)), rngs=nnx.Rngs(0)))
+      norm_eps=config.rms_norm_eps, weight_tying=True), rngs=nnx.Rngs(0)))
   model.embedder.input_embedding.value = params["embed"]
   model.final_norm.w.value = params["final_norm"]
   stacked = params["layers"]
