@@ -145,8 +145,8 @@ def test_mesh_must_use_exactly_the_planned_devices():
 def test_modes_are_config_overrides():
   c = tiny_config()
   assert planning.apply_mode(c, "full") is c
-  c = planning.apply_mode(c, "bf16+lora")
-  assert c.model.dtype == "bfloat16" and c.lora.rank == 16
+  c = planning.apply_mode(c, "bf16+lora+remat")
+  assert c.model.dtype == "bfloat16" and c.lora.rank == 16 and c.model.remat
   with pytest.raises(ValueError, match="mode='fp8' is unknown"):
     planning.apply_mode(c, "fp8")
   del c.lora

@@ -19,6 +19,7 @@ MODES: Mapping[str, Mapping[str, Any]] = {
     "full": {},  # every weight trains; params float32, compute model.dtype
     "bf16": {"model.dtype": "bfloat16"},  # bf16 compute, float32 masters
     "lora": {"lora.rank": 16},  # adapters of rank 16 on lora.targets
+    "remat": {"model.remat": True},  # layers recomputed in the backward pass
 }
 
 
