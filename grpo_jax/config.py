@@ -41,7 +41,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.dtype = "float32"
   # Gradient checkpointing: the update recomputes each layer's activations
   # in its backward pass instead of keeping them (less memory, one more
-  # forward pass; README, Benchmarks).
+  # forward pass; README, "Gradient checkpointing").
   c.model.remat = False
 
   # Low-rank adapters (models.lora): rank 0 trains every weight; rank r > 0
