@@ -24,7 +24,7 @@ Two settings help:
   reuse a freed block for an aligned buffer of the same size once a small
   allocation sits after it, so a loop of calls that donate nothing can
   grow by a few times its temporaries before it settles
-  (experiments/benchmarks/NOTES.md).
+  (experiments/benchmarks/NOTES.md, "Profile").
 
 glibc reads tunables when the process starts, so `enable` re-executes the
 entry point once with them set; our entry points (`experiments.train`,

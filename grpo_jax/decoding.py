@@ -80,7 +80,7 @@ def _rope_columns(x, cos, sin):
 # other calls hit jax's trace cache (the sampler traced in 0.34-0.38 s
 # instead of 0.48 s on SmolLM2); XLA inlines the calls, so the compiled
 # float32 step has the same ops (bfloat16 rounds differently:
-# experiments/benchmarks/NOTES.md).
+# experiments/benchmarks/NOTES.md, "What changed").
 @functools.partial(jax.jit, static_argnums=0)
 def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   """`transformer.Block` for one new token per row, feature-major.

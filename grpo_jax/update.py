@@ -350,7 +350,7 @@ def make_update_fn(*, model_config: models.ModelConfig,
 
     # A branch, not a `where` per leaf: a skipped update then costs nothing,
     # and an applied one does not also read and select the old params and
-    # moments (experiments/benchmarks/NOTES.md).
+    # moments (experiments/benchmarks/NOTES.md, "What changed").
     new_state = jax.lax.cond(apply, step, skip, state)
     count = lambda flag: measures.Sum(flag.astype(jnp.float32))
     records.update(

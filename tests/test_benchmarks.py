@@ -228,12 +228,16 @@ def test_config_is_valid_and_matches_trl(loss_type, aggregation):
   assert c.train.num_steps == 3  # one warm-up step + 2 timed
 
 
-def test_remat_is_off_unless_asked_and_then_leaves_tunix_out():
+def test_remat_is_off_unless_asked_and_then_leaves_tunix_out(monkeypatch):
   off = step_bench.parse_args([])
   on = step_bench.parse_args(["--remat"])
   assert step_bench.make_config(off, num_prompts=1).model.remat is False
   assert step_bench.make_config(on, num_prompts=1).model.remat is True
-  assert "tunix" not in step_bench.peers_to_run(on)
+  # As if Tunix were installed: only --remat leaves it out.
+  monkeypatch.setattr(step_bench.importlib.util, "find_spec",
+                      lambda name: object())
+  assert step_bench.peers_to_run(off) == ["trl", "tunix"]
+  assert step_bench.peers_to_run(on) == ["trl"]
 
 
 def test_summarize_skips_the_warmup_step():

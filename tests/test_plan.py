@@ -261,15 +261,18 @@ def test_update_arguments_are_params_two_moments_and_the_batch(devices):
 def test_model_remat_reaches_the_planned_update():
   """`model.remat` (train.load_policy and the planner's abstract policy set
   it on the model config): the update's temporaries shrink, its arguments
-  and outputs stay."""
-  plans = []
-  for remat in (False, True):
-    c = tiny_config(**{"model.remat": remat})
-    (update,) = planning.plan(c, mesh=mesh(c, 1), programs=("update",)).programs
-    plans.append(update.memory)
-  plain, remat = plans
-  assert remat.temp < plain.temp
-  assert (remat.argument, remat.output) == (plain.argument, plain.output)
+  and outputs stay, and its FLOPs count a second forward pass (3 -> 4
+  passes), which the report and the JSON name."""
+  plans = [planning.plan(c, mesh=mesh(c, 1), programs=("update",))
+           for c in (tiny_config(), tiny_config(**{"model.remat": True}))]
+  (plain,), (remat,) = [p.programs for p in plans]
+  assert remat.memory.temp < plain.memory.temp
+  assert ((remat.memory.argument, remat.memory.output)
+          == (plain.memory.argument, plain.memory.output))
+  assert remat.flops * 3 == plain.flops * 4
+  assert [p.to_dict()["remat"] for p in plans] == [False, True]
+  text = planning.format_plan(plans[1], mfu=0.5, peak_tflops=0.0)
+  assert "layers rematerialised" in text
 
 
 def test_lora_update_holds_the_base_once_and_moments_of_the_adapters():

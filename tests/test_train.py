@@ -635,3 +635,27 @@ def test_evaluation_shaped_like_the_rollout_reuses_its_sampler():
   assert sampling.trace_count() - start == 1
   assert set(figures) == {"greedy_accuracy", "pass@1", "maj@1", "pass@3",
                           "maj@3"}
+
+
+def test_a_rematerialised_run_takes_the_plain_runs_step():
+  """`model.remat` through `train.build` and two `train_step`s (the
+  rollout's prefill under `nn.remat`, the update's scans checkpointed): the
+  same rollouts and, up to rounding, the same params after them."""
+  steps = []
+  for remat in (False, True):
+    config = grpo_config.get_config("tiny")
+    config.model.remat = remat
+    config.entropy.coef = 0.01  # a gradient whatever the tiny rewards
+    run = train.build(config)
+    assert run.model_config.remat is remat
+    state, initial = run.state, jax.device_get(run.state.params)
+    for step in range(2):  # step 0's learning rate is warm-up's 0
+      state, measurements = train.train_step(run, state, step)
+    steps.append((jax.device_get(state.params), measurements))
+  (plain, plain_m), (remat, remat_m) = steps
+  assert remat_m["skipped_updates"] == plain_m["skipped_updates"] == 0.0
+  assert remat_m["reward/total"] == plain_m["reward/total"]
+  moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), plain,
+                       initial)
+  assert max(jax.tree.leaves(moved)) > 0  # the steps changed the params
+  testing.assert_close(remat, plain, rtol=1e-5, atol=1e-7)

@@ -13,8 +13,8 @@ betas (0.9, 0.999), eps, weight decay and gradient clipping, constant schedule.
 TRL runs on CPU with bf16 and vLLM off, logging off. Gradient checkpointing is
 off on both sides, or on with ``--remat`` (grpo_jax's ``model.remat``, TRL's
 ``gradient_checkpointing``: each layer's activations recomputed in the
-backward pass); Tunix is then left out (0.1.7's remat options fail in its
-learner: TraceContextError).
+backward pass); Tunix is then left out (0.1.7's ``RematConfig.DECODER``
+failed in its learner and ``BLOCK`` in its sampler: TraceContextError).
 Every completion has exactly T tokens on both sides, so both do the same work:
 TRL generates with ``min_new_tokens=T`` (its end ids suppressed until then),
 grpo_jax's rollout is rebuilt with a sampler that has no end ids.
@@ -786,8 +786,8 @@ def peers_to_run(args):
   if args.skip_tunix:
     pass
   elif args.remat:
-    print("# Tunix 0.1.7's remat options fail in its learner "
-          "(TraceContextError): its row is left out with --remat.", flush=True)
+    print("# Tunix 0.1.7's remat options fail (TraceContextError): its row "
+          "is left out with --remat.", flush=True)
   elif importlib.util.find_spec("tunix") is None:
     print("# Tunix is not installed (pip install google-tunix==0.1.7): its "
           "row is left out.", flush=True)

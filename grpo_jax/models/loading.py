@@ -466,7 +466,10 @@ def _write_cache_entry(entry, config, flat, tokenizer):
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=entry.parent))
   try:
     save_file(flat, str(tmp / "params.safetensors"))
-    (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=1))
+    # remat is the trainer's choice, not the checkpoint's; left out, the
+    # entry stays readable by checkouts whose ModelConfig lacks it.
+    fields = {k: v for k, v in config.to_dict().items() if k != "remat"}
+    (tmp / "config.json").write_text(json.dumps(fields, indent=1))
     tokenizer.save_pretrained(str(tmp))
     os.rename(tmp, entry)
   except OSError:

@@ -316,7 +316,9 @@ class Decoder(nn.Module):
     x = embed_tokens(embed, tokens, dtype)
     cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
 
-    block = nn.remat(Block) if cfg.remat else Block
+    # prevent_cse=False: the scan already keeps XLA from merging the
+    # recomputed forward with the first one.
+    block = nn.remat(Block, prevent_cse=False) if cfg.remat else Block
     layers = nn.scan(
         block,
         variable_axes={"params": 0},
@@ -464,6 +466,8 @@ def forward_shared_prompts(params, config: ModelConfig, prompt, completion, *,
     return (x_p, x_c), None
 
   if cfg.remat:  # the backward pass keeps each layer's inputs alone
+    # prevent_cse=False: the scan already keeps XLA from merging the
+    # recomputed forward with the first one.
     layer = jax.checkpoint(layer, prevent_cse=False)
   (x_p, x_c), _ = jax.lax.scan(layer, (embed(tokens_p), embed(tokens_c)),
                                params["layers"])

@@ -135,7 +135,8 @@ class Plan(NamedTuple):
         model=self.model_name, num_params=self.num_params,
         trainable_params=self.trainable_params,
         dtype=self.model_config.dtype,
-        param_dtype=self.model_config.param_dtype, mesh=self.mesh_shape,
+        param_dtype=self.model_config.param_dtype,
+        remat=self.model_config.remat, mesh=self.mesh_shape,
         platform=self.platform, shapes=self.shapes, resident=self.resident,
         peak_bytes=self.peak, peak_program=self.peak_program,
         fitted=self.fitted,
@@ -175,7 +176,7 @@ def abstract_policy(config, model_config: models.ModelConfig):
   ``lora.rank > 0`` fresh adapters train over the frozen base."""
   params = jax.eval_shape(
       lambda: models.init_params(model_config, jax.random.PRNGKey(0)))
-  model_config = model_config.replace(remat=config.model.get("remat", False))
+  model_config = model_config.replace(remat=config.model.remat)
   lora_config = config.get("lora")
   if lora_config is None or not lora_config.get("rank", 0):
     return model_config, params, None
@@ -426,8 +427,9 @@ def update_program(config, training: Training, inputs: Inputs,
       group_size=math.gcd(s.microbatch, training.group_size))
   # Forward, then the backward's two matmuls per forward one (gradients of
   # activations and of weights); a frozen base has no weight gradients
-  # (LoRA's own small matmuls are left out).
-  flops = (3 if inputs.frozen is None else 2) * per_micro * micro_batches
+  # (LoRA's own small matmuls are left out); remat runs the forward again.
+  passes = (3 if inputs.frozen is None else 2) + training.model_config.remat
+  flops = passes * per_micro * micro_batches
   if (training.components["objective"].prepass is not None
       and micro_batches > 1):
     flops += per_micro * micro_batches  # the statistics' pre-pass

@@ -31,7 +31,8 @@ def format_plan(result: Plan, *, mfu: float = 0.4,
       + ("" if result.trainable_params == result.num_params else
          f" ({result.trainable_params / 1e6:.1f}M trainable: LoRA)")
       + f", {c.num_layers} layers, D={c.hidden_size}, params "
-      f"{c.param_dtype}, compute {c.dtype}",
+      f"{c.param_dtype}, compute {c.dtype}"
+      + (", layers rematerialised" if c.remat else ""),
       f"mesh     {mesh} ({result.num_devices} "
       + ("simulated CPU devices)" if on_cpu else
          f"{result.platform} devices, compiled ahead of time)"),
