@@ -110,9 +110,9 @@ def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0,
   A call that faults reads memory fresh from the kernel, slow to first
   touch on a virtual machine (`machine.first_touch_gb_s`); and glibc can
   take a fresh block for an aligned buffer the size of one it freed once a
-  small allocation (the profiler's, say) sits after it (experiments/benchmarks/NOTES.md,
-  "Profile"): a 1 x 8 update without donation, called alone, grew on
-  each of its first four calls. The row says how many profiled calls it
+  small allocation (the profiler's, say) sits after it
+  (experiments/benchmarks/NOTES.md, "Profile"): a 1 x 8 update without
+  donation, called alone, grew on each of its first four calls. The row says how many profiled calls it
   took (`calls`, a float so that `--runs` gives its median and range).
   """
   if most < 1:

@@ -53,9 +53,9 @@ class ModelConfig:
   param_dtype: str = "float32"
   # alpha / rank of LoRA adapters, where the params carry them (`lora`).
   lora_scale: float = 1.0
-  # Recompute each layer's activations in the backward pass (gradient
-  # checkpointing): the gradient keeps only the layers' inputs, for one
-  # more forward pass. Only gradients see it; values are the same.
+  # Gradient checkpointing: the backward pass keeps each layer's input
+  # alone and recomputes the rest, for one more forward pass. Only
+  # gradients see it; values are the same.
   remat: bool = False
 
   def __post_init__(self):

@@ -428,7 +428,8 @@ def update_program(config, training: Training, inputs: Inputs,
   # Forward, then the backward's two matmuls per forward one (gradients of
   # activations and of weights); a frozen base has no weight gradients
   # (LoRA's own small matmuls are left out); remat runs the forward again.
-  passes = (3 if inputs.frozen is None else 2) + training.model_config.remat
+  passes = ((3 if inputs.frozen is None else 2)
+            + (1 if training.model_config.remat else 0))
   flops = passes * per_micro * micro_batches
   if (training.components["objective"].prepass is not None
       and micro_batches > 1):
