@@ -23,6 +23,7 @@ from a checkpoint continues exactly as an uninterrupted one. A run's
 checkpoints are read back for evaluation and export by `saved_runs`.
 """
 
+import inspect
 import json
 import logging
 import os
@@ -79,22 +80,29 @@ def init_state(params, optimizer, *, seed: int,
                components: Mapping[str, Any]) -> TrainState:
   """Step 0: the model's params, a fresh optimiser state, key from seed,
   and every component's initial state (``components``: name -> record
-  with ``init()``; ``objective`` required, its init given its own key
-  folded from the run's: Clip-Cov's draw)."""
+  with ``init()``, ``objective`` required; `initial_state`)."""
   key = jax.random.PRNGKey(seed)
-  objective_key = jax.random.fold_in(key, _OBJECTIVE_KEY)
+  state_key = jax.random.fold_in(key, _STATE_KEY)
   return TrainState(
       params=params,
       opt_state=optimizer.init(params),
       step=jnp.zeros((), jnp.int32),
       key=key,
-      states={name: c.init(key=objective_key) if name == "objective"
-              else c.init() for name, c in components.items()})
+      states={name: initial_state(c, state_key)
+              for name, c in components.items()})
 
 
-# Folded into the run's key for the objective state's randomness: above any
-# step count, so that no step's key fold_in(key, s) is the objective's.
-_OBJECTIVE_KEY = 0x0B1EC7
+def initial_state(component, key):
+  """``component.init()``; an init that takes ``key=`` (the objective's:
+  Clip-Cov's draw) is given the run's key for states' own randomness."""
+  if "key" in inspect.signature(component.init).parameters:
+    return component.init(key=key)
+  return component.init()
+
+
+# Folded into the run's key for the states' own randomness: above any step
+# count, so that no step's key fold_in(key, s) is theirs.
+_STATE_KEY = 0x0B1EC7
 # Component states a checkpoint written before the component kept state
 # holds empty: they resume from their initial state (`checkpoint.restore`).
 INITIAL_STATES = ("states/objective",)

@@ -112,8 +112,9 @@ def profile(fn, args, threads: int, top: int = 0, vocab_size: int = 0,
   take a fresh block for an aligned buffer the size of one it freed once a
   small allocation (the profiler's, say) sits after it
   (experiments/benchmarks/NOTES.md, "Profile"): a 1 x 8 update without
-  donation, called alone, grew on each of its first four calls. The row says how many profiled calls it
-  took (`calls`, a float so that `--runs` gives its median and range).
+  donation, called alone, grew on each of its first four calls. The row
+  says how many profiled calls it took (`calls`, a float so that `--runs`
+  gives its median and range).
   """
   if most < 1:
     raise ValueError(f"most={most}: profile at least one call.")

@@ -409,7 +409,7 @@ def params_from_hf_tensors(get_tensor: Callable[[str], Optional[np.ndarray]],
 
 # Part of every cache entry's name: bump it when the conversion changes
 # (tensor mapping, q/k permutation, config keys) so old entries go unused.
-CONVERSION_VERSION = 1
+CONVERSION_VERSION = 2  # 2: config.json has ModelConfig.remat
 
 
 def _cache_root() -> pathlib.Path:
@@ -466,10 +466,7 @@ def _write_cache_entry(entry, config, flat, tokenizer):
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=entry.parent))
   try:
     save_file(flat, str(tmp / "params.safetensors"))
-    # remat is the trainer's choice, not the checkpoint's; left out, the
-    # entry stays readable by checkouts whose ModelConfig lacks it.
-    fields = {k: v for k, v in config.to_dict().items() if k != "remat"}
-    (tmp / "config.json").write_text(json.dumps(fields, indent=1))
+    (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=1))
     tokenizer.save_pretrained(str(tmp))
     os.rename(tmp, entry)
   except OSError:

@@ -466,8 +466,7 @@ def forward_shared_prompts(params, config: ModelConfig, prompt, completion, *,
     return (x_p, x_c), None
 
   if cfg.remat:  # the backward pass keeps each layer's inputs alone
-    # prevent_cse=False: the scan already keeps XLA from merging the
-    # recomputed forward with the first one.
+    # prevent_cse=False, as in `Decoder`.
     layer = jax.checkpoint(layer, prevent_cse=False)
   (x_p, x_c), _ = jax.lax.scan(layer, (embed(tokens_p), embed(tokens_c)),
                                params["layers"])

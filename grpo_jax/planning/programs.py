@@ -130,6 +130,10 @@ class Plan(NamedTuple):
   def step_flops(self) -> int:
     return sum(p.flops * p.calls for p in self.programs)
 
+  @property
+  def by_name(self) -> Dict[str, Program]:
+    return {p.name: p for p in self.programs}
+
   def to_dict(self) -> dict:
     return dict(
         model=self.model_name, num_params=self.num_params,

@@ -89,8 +89,8 @@ def format_plan(result: Plan, *, mfu: float = 0.4,
   table = dict(chips)
   if peak_tflops > 0:
     table["custom"] = Chip("custom", peak_tflops, 0, "--peak_tflops")
-  update_flops = sum(p.flops * p.calls for p in result.programs
-                     if p.name == "update")
+  update = result.by_name.get("update")
+  update_flops = update.flops * update.calls if update else 0
   for name, chip in table.items():
     time_of = lambda f, chip=chip: step_time(
         f, num_devices=result.num_devices, mfu=mfu,

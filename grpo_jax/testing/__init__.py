@@ -261,8 +261,8 @@ def coin_accuracy(run):
             for c in completions]
 
   zero = lambda prompts, completions, answers: [0.0] * len(completions)
-  return with_pipeline(run, with_verifiers(
-      pipeline, lambda name: quarter if name == correct else zero))
+  replacements = dict.fromkeys(pipeline.verifiers, zero) | {correct: quarter}
+  return with_pipeline(run, with_verifiers(pipeline, replacements.get))
 
 
 def sample_round(run, step: int = 0, *, seed: int = 9):
