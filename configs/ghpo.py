@@ -15,7 +15,7 @@ group's final prompt (the hint is prompt context, never a target). The
 reference is the task's worked solution: the arithmetic task's one-line
 working "3 + 5 = \\boxed{8}" (so omega 0.75 shows "3 + 5 = \\boxed{"),
 GSM8K's own; a task without one (jsonl, segments) is refused by
-config.validate.
+train.validate.
 
 Paper's setup (recipes/Qwen2.5-Math-7B/ghpo/config_ghpo.yaml):
 Qwen2.5-Math-7B with TRL's GRPO on math3to5_olympiads_aime, 8 completions

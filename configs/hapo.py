@@ -4,7 +4,7 @@ every stage of DAPO.
 * sampler: token t is drawn at T (1 + 0.05 clip(h_hat_t, -1, 1)), h_hat its
   entropy normalised by the previous step's batch (pivot: the 0.8 quantile
   of the log-entropies), and the trainer scores each token at its own
-  temperature (``rollout.temperature_tau``, grpo_jax.entropy_norm);
+  temperature (``rollout.temperature_tau``, grpo_jax.sampling.entropy_norm);
 * advantage: the group's mean and std over tokens (each completion weighted
   by its length), GRPO's where any |A| >= 5 (``hapo_token_mean``);
 * loss: the clip band widened below on low-entropy tokens and above on

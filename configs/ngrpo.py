@@ -37,7 +37,7 @@ held-out greedy: at this model's sampled accuracy about half the groups
 fail entirely, each such group pushes its completions down at full step
 (the gradient is clipped to norm 1 every step), and a minibatch here is 2
 completions of one prompt, so most of the 4 optimiser steps a batch only
-push down (README, "NGRPO and RiskPO at the quickstart's scale"). Not
+push down (docs/comparisons.md, "NGRPO and RiskPO at the quickstart's scale"). Not
 measured with the binary reward yet.
 """
 

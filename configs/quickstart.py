@@ -9,13 +9,13 @@ Command:
   python -m experiments.evaluate --config=configs/quickstart.py --checkpoint=runs/quickstart --num_problems=40
 
 It stays on policy, one optimiser step per batch as in GRPO's paper (no
-old log-prob pass): the README's before/after figures were measured so;
+old log-prob pass): the before/after figures of docs/quickstart-results.md were measured so;
 an off-policy quickstart has not been measured.
 
 Expect: metrics.jsonl, TensorBoard events, curves.png and a final checkpoint
 in runs/quickstart; reward rising over the run, and held-out sampled
 accuracy and pass@4 above the base model's. Greedy accuracy and the
-completions' length vary from run to run at this size: the README gives two
+completions' length vary from run to run at this size: docs/quickstart-results.md gives two
 runs' figures and their commands. Greedy accuracy on the 40 held-out problems is
 also measured during the run, after steps 20 and 40 (eval/greedy_accuracy
 in metrics.jsonl and TensorBoard, the held-out panel of curves.png): one

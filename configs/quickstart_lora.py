@@ -10,9 +10,9 @@ Command:
   python -m experiments.train --config=configs/quickstart_lora.py --workdir=runs/quickstart_lora
   python -m experiments.evaluate --checkpoint=runs/quickstart_lora --json=lora_after.json
 
-Expect: an optimiser state and checkpoint of the adapters only (README's
+Expect: an optimiser state and checkpoint of the adapters only (docs/real-models.md's
 memory table), held-out greedy
-accuracy above the base model's after 40 steps (README: measured figures),
+accuracy above the base model's after 40 steps (docs/real-models.md: measured figures),
 and `python -m experiments.export --checkpoint=runs/quickstart_lora
 --out=DIR` writing the merged weights.
 """

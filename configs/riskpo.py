@@ -34,7 +34,7 @@ the 40-step comparison run ended at 0.385 held-out greedy (0.420 before):
 with no positive advantage, every step only pushes sampled completions
 down, all-wrong steps included (GRPO's gradient is 0 there), and the
 completions grew to the 40-token limit (truncated at 10 of the last 11
-steps) with the entropy at 1.5 (README, "NGRPO and RiskPO at the
+steps) with the entropy at 1.5 (docs/comparisons.md, "NGRPO and RiskPO at the
 quickstart's scale"). Not measured with the binary reward yet.
 """
 

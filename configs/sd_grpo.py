@@ -30,7 +30,7 @@ Expect (the paper's claim): the share of parts right rising faster than
 under GRPO on the same holistic reward, since a completion that gets part
 (a) right and (b) wrong is pushed up on (a)'s tokens and down on (b)'s
 instead of one sign for all; reward/all_segments lags it. Measured here
-(one seed, README "Variants"): the format is learned (reward/format 0.125
+(one seed, docs/comparisons.md): the format is learned (reward/format 0.125
 -> 0.95) but partly gamed (boxed numbers without the sums); held-out parts
 right 0.025 -> 0.069, all parts 0 -> 0. No GRPO arm yet.
 """

@@ -4,7 +4,7 @@ queries removed, unsolvable ones subsampled, queries scheduled easy to
 hard.
 
 The budget stage `strategies.allocation.sgpo`: before the first update a
-profiling pass (`grpo_jax.profiling`) draws n = 8 completions of every
+profiling pass (`grpo_jax.data.profiling`) draws n = 8 completions of every
 training problem under the initial policy; p_q = solved / 8. Queries with
 p_q = 1 are dropped, those with p_q = 0 kept with probability 0.1; G_q =
 clip(ceil(1 / p_q), g_min, g_max) (g_max at p_q = 0); the kept queries

@@ -9,7 +9,7 @@ then (A_raw - mean_B) / std_B over the batch; after the step
 alpha_x <- rho_x alpha_x + R and beta_x <- rho_x beta_x + (1 - R) with the
 KL-adaptive rho_x = clip(2^(-D_x / 0.06), 0.875, 0.96), D_x the mean
 |log-prob change| of the response stored at x's previous visit
-(`grpo_jax.revisits`; 0, so rho = 0.96, at a first visit). The prompts of
+(`grpo_jax.rollout.revisits`; 0, so rho = 0.96, at a first visit). The prompts of
 a step are drawn without replacement with weight sqrt(p_x (1 - p_x)) +
 0.05 (`strategies.select.prioritized`). Before the first step's draw the
 tracker is initialised offline (``offline_init`` = n): n completions of

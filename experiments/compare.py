@@ -32,19 +32,21 @@ the entropy.
       --out=runs/a_vs_b.png
 """
 
+import functools
 import json
 import os
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
-  from grpo_jax import allocator  # would load twice
+  from grpo_jax.runtime import allocator  # would load twice
   allocator.enable()
 
 from absl import app
 from absl import flags
 
 from experiments import runs
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import evaluation
+from grpo_jax.train import saved_runs
 
 _CONFIGS = flags.DEFINE_list(
     "configs", ["grpo"], "Config names under configs/ (comma separated).")
@@ -81,7 +83,9 @@ def main(argv):
     key = runs.baseline_key(config)
     if key not in befores:
       befores[key] = evaluation.evaluate(
-          config, k=(), num_problems=config.eval.num_problems)
+          config, k=(), num_problems=config.eval.num_problems,
+          load_policy=functools.partial(saved_runs.policy_to_evaluate,
+                                        config))
     before = befores[key]
     workdir = os.path.join(_WORKDIR.value, name)
     # No table is written for a partial run: a stop signal ends it here.

@@ -27,19 +27,19 @@ problem's "Think for N tokens."). Bad input (a missing
 file or field, k above num_samples) stops before any model is loaded.
 """
 
+import functools
 import json
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
-  from grpo_jax import allocator  # would load twice
+  from grpo_jax.runtime import allocator  # would load twice
   allocator.enable(keep_freed=False)  # decoding only
 
 from absl import app
 from absl import flags
 from ml_collections import config_flags
-
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import evaluation
-from grpo_jax import saved_runs
+from grpo_jax.train import saved_runs
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A configs/<variant>.py file (optional with --checkpoint).",
@@ -87,9 +87,11 @@ def main(argv):
     _, config = saved_runs.restore_config(_CHECKPOINT.value)
   if config is None:
     raise app.UsageError("give --config or --checkpoint.")
-  config_lib.validate(config)
+  train_lib.validate(config)
   results = evaluation.evaluate(
-      config, benchmark=_BENCHMARK.value, checkpoint=_CHECKPOINT.value,
+      config, load_policy=functools.partial(
+          saved_runs.policy_to_evaluate, config, _CHECKPOINT.value),
+      benchmark=_BENCHMARK.value,
       num_problems=_NUM_PROBLEMS.value, num_samples=_NUM_SAMPLES.value,
       k=parse_k(_K.value), seed=_SEED.value, batch_size=_BATCH_SIZE.value,
       question_key=_QUESTION_KEY.value, answer_key=_ANSWER_KEY.value,

@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 
 from grpo_jax import models
-from grpo_jax import saved_runs
+from grpo_jax.train import saved_runs
 from grpo_jax.models import export
 
 _CHECKPOINT = flags.DEFINE_string(

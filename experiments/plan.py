@@ -63,8 +63,7 @@ from absl import app
 from absl import flags
 import jax
 from ml_collections import config_flags
-
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import planning
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -91,7 +90,7 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
   del argv
-  config = config_lib.validate(planning.apply_mode(_CONFIG.value, _MODE.value))
+  config = train_lib.validate(planning.apply_mode(_CONFIG.value, _MODE.value))
   devices = None
   if _TOPOLOGY.value:
     devices = planning.tpu_devices(_TOPOLOGY.value)

@@ -15,7 +15,7 @@ import numpy as np
 
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 from grpo_jax import train as train_lib
 
 ACCURACY = "eval/greedy_accuracy"
@@ -44,7 +44,7 @@ def comparison_config(name: str, scale: str = "own"):
     config = config_lib.use_quickstart_scale(config)
   config = config_lib.use_comparison_task(config)
   config.eval.every = config.train.num_steps
-  config_lib.validate(config)
+  train_lib.validate(config)
   return config
 
 

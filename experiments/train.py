@@ -8,7 +8,7 @@
 the config is validated before any model is loaded. Rerunning the same
 command resumes from the latest checkpoint in the workdir. SIGTERM (a
 preemption) or Ctrl-C finishes the current step, saves a checkpoint and
-exits 0; Ctrl-C twice stops at once (README, "Faults and recovery").
+exits 0; Ctrl-C twice stops at once (docs/faults.md).
 
 Several hosts: run the same command on every host with ``--distributed``
 and a workdir all hosts see (e.g. a bucket or NFS path); outside TPU pods
@@ -20,7 +20,7 @@ the progress bar and writes metrics; every process saves checkpoints.
 import os
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
-  from grpo_jax import allocator  # would load twice
+  from grpo_jax.runtime import allocator  # would load twice
   allocator.enable()
 
 from absl import app
@@ -28,9 +28,8 @@ from absl import flags
 from ml_collections import config_flags
 import tqdm
 
-from grpo_jax import checkpoint
-from grpo_jax import config as config_lib
-from grpo_jax import sharding
+from grpo_jax.runtime import checkpoint
+from grpo_jax.runtime import sharding
 from grpo_jax import train as train_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -68,7 +67,7 @@ def main(argv):
   # Before anything touches a device.
   sharding.maybe_initialize_distributed(_DISTRIBUTED.value)
   checkpoint.quiet_orbax_logs()
-  config = config_lib.validate(_CONFIG.value)
+  config = _CONFIG.value  # validated by train_lib.train, once
   if not sharding.is_main_process():
     train_lib.train(config, _WORKDIR.value)
     return

@@ -51,10 +51,10 @@ import numpy as np
 
 from grpo_jax import data as data_lib
 from grpo_jax import models
-from grpo_jax import records
+from grpo_jax.data import records
 from grpo_jax import rollout
 from grpo_jax import sampling as sampling_lib
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax.rewards import verifiers
 
 # ------------------------------------------------------------ the figures
@@ -313,7 +313,7 @@ def as_prompted(config, examples: Sequence[data_lib.Example]) -> list:
 
 def is_segmented(config) -> bool:
   """Whether the config's task poses multi-part problems (it has segment
-  slots, as the rollout reads them: `rollout_fields`)."""
+  slots, as the rollout reads them: `rollout.fields`)."""
   task = data_lib.make_task(config.data, seed=config.seed)
   return getattr(task, "max_segments", 0) > 0
 
@@ -490,25 +490,8 @@ def auto_k(k: Sequence[int], num_samples: int) -> Tuple[int, ...]:
   return tuple(sorted({1, num_samples})) if num_samples else ()
 
 
-def policy_to_evaluate(config, checkpoint: Optional[str] = None):
-  """(model_config, params, tokenizer, step): the config's base model as
-  training loads it (`train.load_policy`: revision, dtype), or with
-  `checkpoint` (a training workdir) the policy of its latest checkpoint
-  (`saved_runs.restore_policy`, which reads the run's own config)."""
-  # Imported here: train imports this module (evaluation during training).
-  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
-  from grpo_jax import train  # pylint: disable=g-import-not-at-top
-  if checkpoint:
-    _, model_config, params, tokenizer, step = saved_runs.restore_policy(
-        checkpoint)
-    return model_config, params, tokenizer, int(step)
-  model_config, params, frozen, tokenizer = train.load_policy(config)
-  # A LoRA config's base model is its frozen params (no adapters yet).
-  return model_config, params if frozen is None else frozen, tokenizer, 0
-
-
-def evaluate(config, *, benchmark: str = "heldout",
-             checkpoint: Optional[str] = None, num_problems: int = 0,
+def evaluate(config, *, load_policy: Callable, benchmark: str = "heldout",
+             num_problems: int = 0,
              num_samples: int = 0, k: Sequence[int] = (1, 4), seed: int = 0,
              batch_size: int = 0, question_key: str = "",
              answer_key: str = "", data_dir: Optional[str] = None) -> dict:
@@ -522,8 +505,9 @@ def evaluate(config, *, benchmark: str = "heldout",
     config: a training config (model, data, rollout lengths and
       temperature, ``eval.batch_size``).
     benchmark: "heldout", "gsm8k" or a JSONL path (`load_benchmark`).
-    checkpoint: a training workdir whose latest checkpoint to evaluate;
-      None evaluates the base model.
+    load_policy: ``() -> (model_config, params, tokenizer, step)``,
+      called once the inputs are checked: a base model or a run's latest
+      checkpoint (`train.saved_runs.policy_to_evaluate`).
     num_problems: the first this many problems (0: see `load_benchmark`).
     num_samples: n sampled completions per problem; 0 = max(k).
     k: the budgets of pass@k and maj@k, each <= n; () = greedy only.
@@ -546,8 +530,7 @@ def evaluate(config, *, benchmark: str = "heldout",
   golds = parse_references(
       examples, source=f"benchmark {benchmark!r}",
       segmented=benchmark == "heldout" and is_segmented(config))
-  model_config, params, tokenizer, step = policy_to_evaluate(config,
-                                                             checkpoint)
+  model_config, params, tokenizer, step = load_policy()
   start = time.perf_counter()
   sampling = Sampling.from_rollout(config, batch_size=batch_size)
   figures = evaluate_examples(

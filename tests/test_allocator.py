@@ -1,4 +1,4 @@
-"""grpo_jax.allocator: which malloc tunables are set, and that they work."""
+"""grpo_jax.runtime.allocator: which malloc tunables are set, and that they work."""
 
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 
 @pytest.mark.parametrize("text, mode", [
@@ -79,7 +79,7 @@ def test_is_glibc_at_least(version, minimum, at_least):
 # then again: with freed memory kept the second buffer faults in nothing.
 REPORT = """
 import ctypes, os, re, resource
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 allocator.enable()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

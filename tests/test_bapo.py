@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from configs import bapo as bapo_config
-from grpo_jax import batch as batch_lib
-from grpo_jax import config as config_lib
+from grpo_jax.train import batch as batch_lib
+from grpo_jax import train as train_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import testing
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 
 DEFAULTS = dict(low_start=0.6, low_max=0.9, low_step=0.05, high_start=1.2,
                 high_max=3.0, high_step=0.05, rho0=0.5, balance="share_grad",
@@ -431,7 +431,7 @@ def test_bad_options_fail_at_make_and_in_the_config(options, field):
   c = bapo_config.get_config("tiny")
   c.objective.kwargs = dict(c.objective.kwargs, **options)
   with pytest.raises(ValueError, match=f"config.objective.kwargs.*{field}"):
-    config_lib.validate(c)
+    train_lib.validate(c)
 
 
 def test_the_trainer_supplies_the_sums():
@@ -445,7 +445,7 @@ def test_the_trainer_supplies_the_sums():
 
 def test_the_config_is_off_policy_and_valid():
   c = bapo_config.get_config()
-  config_lib.validate(c)
+  train_lib.validate(c)
   assert c.train.num_iterations * c.train.num_minibatches == 8
   assert c.objective.kwargs.aggregation == "token_mean"
-  config_lib.validate(bapo_config.get_config("tiny"))
+  train_lib.validate(bapo_config.get_config("tiny"))

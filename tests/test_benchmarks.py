@@ -11,8 +11,8 @@ import logging
 import numpy as np
 import pytest
 
-from grpo_jax import arithmetic
-from grpo_jax import config as config_lib
+from grpo_jax.data import arithmetic
+from grpo_jax import train as train_lib
 from experiments.benchmarks import machine
 from experiments.benchmarks import profile as profile_bench
 from experiments.benchmarks import sampler as sampler_bench
@@ -159,7 +159,8 @@ def test_decode_dots_floor_times_every_projection_once(monkeypatch, fused):
   """The floor's program holds each layer's 7 projection dots (4 with q/k/v
   and gate/up stacked) and the output projection, and no other dot."""
   import jax
-  from grpo_jax import decoding, models, testing
+  from grpo_jax.sampling import decoding
+  from grpo_jax import models, testing
   config = testing.tiny_config(num_layers=3)
   params = models.init_params(config, jax.random.key(0))
   monkeypatch.setattr(decoding, "fuse_projections", lambda: fused)
@@ -217,7 +218,7 @@ def test_config_is_valid_and_matches_trl(loss_type, aggregation):
   args = step_bench.parse_args(
       ["--loss_type", loss_type, "--beta", "0.04", "--steps", "2"])
   c = step_bench.make_config(args, num_prompts=4)
-  config_lib.validate(c)
+  train_lib.validate(c)
   assert c.objective.kwargs.aggregation == aggregation
   assert (c.rollout.num_prompts, c.rollout.num_generations) == (4, 8)
   assert c.rollout.max_new_tokens == 64

@@ -13,11 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import budget_rollout
+from grpo_jax.rollout import budgets as budget_rollout
 from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import groups as groups_lib
-from grpo_jax import profiling
-from grpo_jax import rollout_measures
+from grpo_jax.data import profiling
+from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import strategies
 from grpo_jax.strategies import allocation
 from grpo_jax.testing import budgets as fixtures
@@ -36,9 +37,9 @@ def test_a_budget_table_is_checked_against_every_tasks_ids(module, tmp_path):
       r"config\.budget\.kwargs\.capacity: 300 slots cannot hold the 7473 "
       r"problems of data\.task='gsm8k'.*--config\.budget\.kwargs\."
       r"prompt_ids=hash")):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.budget.kwargs.prompt_ids = "hash"
-  config_lib.validate(config)
+  train_lib.validate(config)
   path = tmp_path / "p.jsonl"
   path.write_text("\n".join(json.dumps(
       {"id": 50 * i, "question": f"q{i}", "answer": str(i)})
@@ -48,9 +49,9 @@ def test_a_budget_table_is_checked_against_every_tasks_ids(module, tmp_path):
   config.data.heldout_fraction = 0.2
   with pytest.raises(ValueError, match=r"config\.budget\.kwargs\.capacity: "
                      r"300 slots cannot hold the \d+ problems of data\.path"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.budget.kwargs.capacity = 1000
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 def test_knapsack_tracker_slots_exact_and_hashed():

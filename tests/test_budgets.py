@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import groups as groups_lib
 from grpo_jax import measures
 from grpo_jax import models
-from grpo_jax import profiling
+from grpo_jax.data import profiling
 from grpo_jax import rollout
 from grpo_jax import sampling
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.strategies import allocation
 from grpo_jax.strategies import ragged
 from grpo_jax.testing import budgets as fixtures
@@ -330,22 +330,22 @@ def test_knapsack_config_errors_name_the_field(change, field):
   c = quick("knapsack_rl")
   change(c)
   with pytest.raises(ValueError, match=f"config.{field}:"):
-    config_lib.validate(c)
+    train.validate(c)
 
 
 def test_pilot_and_sgpo_config_errors_name_the_field():
   c = quick("pilot_commit")
   c.budget.kwargs.n0 = 4  # 2 x 4 pilots fill the 8 rows
   with pytest.raises(ValueError, match="config.budget.kwargs.n0:"):
-    config_lib.validate(c)
+    train.validate(c)
   c = quick("sgpo")
   c.select.name = "prioritized"
   with pytest.raises(ValueError, match="config.select.name:"):
-    config_lib.validate(c)
+    train.validate(c)
   c = quick("sgpo")
   c.budget.kwargs.g_max = 9
   with pytest.raises(ValueError, match="config.budget.kwargs.g_max:"):
-    config_lib.validate(c)
+    train.validate(c)
 
 
 # ------------------------------------------------ the pipeline, :tiny

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import pytest
 
 from configs import r2vpo as r2vpo_config
-from grpo_jax import checkpoint
-from grpo_jax import metrics
+from grpo_jax.runtime import checkpoint
+from grpo_jax.runtime import metrics
 from grpo_jax import objectives
 from grpo_jax import testing
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import train
 
 
@@ -163,7 +163,7 @@ def test_orbax_info_lines_stay_off_the_console_and_its_warnings_do_not():
     orbax_file = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
     assert not handler.filter(record(orbax_file, logging.INFO))
     assert handler.filter(record(orbax_file, logging.WARNING))
-    assert handler.filter(record("/grpo_jax/train.py", logging.INFO))
+    assert handler.filter(record("/grpo_jax/train/__init__.py", logging.INFO))
   finally:
     for f in quiet:
       handler.removeFilter(f)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax.objectives import covariance
@@ -133,14 +134,14 @@ def test_split_rows_fail_and_the_config_says_so():
                    batch_stats=stats)
   config = importlib.import_module("configs.clip_cov").get_config("tiny")
   assert config.objective.kwargs.get("clip_cov_rule", "random") == "random"
-  config_lib.validate(config)
+  train_lib.validate(config)
   rows = config.rollout.num_prompts * config.rollout.num_generations
   config.train.microbatch_size = rows // config.train.num_minibatches // 2
   with pytest.raises(ValueError, match=r"train\.microbatch_size.*"
                      r"clip_cov_rule=top"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.objective.kwargs.clip_cov_rule = "top"
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 @pytest.mark.parametrize("options,match", [
@@ -152,7 +153,7 @@ def test_bad_options(options, match):
 
 
 def _run_state(seed, objective):
-  from grpo_jax import optim  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import optim  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   return train.init_state({"w": jnp.arange(3.0)},
                           optim.make_optimizer(learning_rate=1e-3),
@@ -164,8 +165,8 @@ def test_a_checkpoint_from_before_the_draw_key_resumes(tmp_path, caplog):
   (states/objective empty) restores with `train.INITIAL_STATES`, as the
   loop resumes it: every saved array as it was, the draw key the run's
   initial one, and a warning naming it."""
-  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import saved_runs  # pylint: disable=g-import-not-at-top
   fresh = _run_state(3, objectives.make("clip_cov", **OPTIONS))
   saved = jax.tree.map(lambda x: x + 1, fresh)._replace(
       states={"objective": ()})  # the old objective's empty state
@@ -187,8 +188,8 @@ def test_a_checkpoint_from_before_the_draw_key_resumes(tmp_path, caplog):
 def test_an_objective_state_of_another_shape_is_still_refused(tmp_path):
   """Only a state the checkpoint lacks starts anew: a stored key of
   another shape is a StateMismatch naming it."""
-  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  from grpo_jax import saved_runs  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import saved_runs  # pylint: disable=g-import-not-at-top
   fresh = _run_state(3, objectives.make("clip_cov", **OPTIONS))
   other = fresh._replace(states={"objective": covariance.ClipCovState(
       jnp.zeros(3, jnp.uint32))})
@@ -225,7 +226,7 @@ def test_the_draw_key_follows_the_run_seed_unless_seed_is_set():
 def test_a_checkpoint_of_another_objective_is_refused_on_resume():
   """The loop resumes an empty objective state from its init only when the
   checkpoint's config trained the same objective."""
-  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   config = config_lib.get_base_config()
   config.objective.name = "clip_cov"

@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
-
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import data
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = sorted(
@@ -33,7 +32,7 @@ def test_all_variants_are_present():
 @pytest.mark.parametrize("arg", [None, "tiny"])
 def test_every_config_loads_and_validates(name, arg):
   config = load(name, arg)
-  assert config_lib.validate(config) is config
+  assert train_lib.validate(config) is config
   module = importlib.import_module(f"configs.{name}")
   assert "python -m experiments.train" in module.__doc__
   assert "Expect" in module.__doc__
@@ -89,7 +88,7 @@ def test_invalid_values_name_the_field(field, value, named):
     node = node[part]
   node[key] = value
   with pytest.raises(ValueError, match=named.replace(".", r"\.")):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_gdpo_is_an_estimator_and_its_options_are_checked():
@@ -99,40 +98,40 @@ def test_gdpo_is_an_estimator_and_its_options_are_checked():
   assert "multi_reward_mode" not in config.rewards
   config.advantage.name = "gdpo"
   with pytest.raises(ValueError, match=r"advantage\.kwargs.*'scale'.*eps, ddof"):
-    config_lib.validate(config)  # GDPO has no scale
+    train_lib.validate(config)  # GDPO has no scale
   config.advantage.kwargs = {"eps": 1e-4, "ddof": 1}
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 def test_signal_reward_names_a_configured_reward():
   config = load("dapo")
   for name in ("accuracy", "format", "overlong", ""):
     config.groups.kwargs.signal_reward = name
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.groups.kwargs.signal_reward = "length"
   with pytest.raises(ValueError,
                      match=r"groups\.kwargs\.signal_reward.*overlong"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.groups.kwargs.signal_reward = "overlong"
   config.rewards.shapers = {}
   with pytest.raises(ValueError, match=r"groups\.kwargs\.signal_reward"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_stage_options_are_checked_by_their_components():
   config = load("dapo")
   config.groups.kwargs.max_round = 2  # dynamic_sampling calls it max_rounds
   with pytest.raises(ValueError, match=r"groups\.kwargs.*max_rounds"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config = load("dapo")
   config.rewards.shapers.overlong.cache = 3
   with pytest.raises(ValueError, match=r"rewards\.shapers\.overlong.*cache_length"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config = load("grpo")
   config.rewards.shapers = {"overlong": dict(weight=1.0, max_length=1000,
                                              cache_length=10)}
   with pytest.raises(ValueError, match=r"overlong\.max_length.*max_new_tokens"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 @pytest.mark.parametrize("name,key,named", [
@@ -144,30 +143,30 @@ def test_objective_state_options_are_checked(name, key, named):
   config = load(name)
   config.objective.kwargs[key] = 0.1
   with pytest.raises(ValueError, match=named):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_horizon_is_required_by_the_constant_normaliser():
   config = load("grpo")
   config.objective.kwargs.aggregation = "seq_mean_token_sum_norm"
   with pytest.raises(ValueError, match=r"objective\.kwargs.*horizon"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.objective.kwargs.horizon = 96
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 def test_unknown_objective_hyperparameter_names_the_key():
   config = load("gspo")
   config.objective.kwargs.eps_high = 0.2  # gspo calls it clip_high
   with pytest.raises(ValueError, match=r"objective\.kwargs\.eps_high"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_mismatched_reward_weights_fail():
   config = load("grpo")
   config.rewards.weights = (1.0,)
   with pytest.raises(ValueError, match=r"rewards\.weights"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_fields_derived_from_max_new_tokens_follow_an_override():
@@ -178,7 +177,7 @@ def test_fields_derived_from_max_new_tokens_follow_an_override():
   dapo.rollout.max_new_tokens = 256
   assert dapo.rewards.shapers.overlong.max_length == 256
   assert dapo.rewards.shapers.overlong.cache_length == 64
-  config_lib.validate(dapo)
+  train_lib.validate(dapo)
   dr_grpo = load("dr_grpo")
   dr_grpo.rollout.max_new_tokens = 256
   assert dr_grpo.objective.kwargs.horizon == 256

@@ -13,14 +13,14 @@ import pytest
 
 from configs import grpo as grpo_config
 from grpo_jax import aggregation as agg
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.objectives import _kit
 from grpo_jax.objectives import corrections
 from grpo_jax.objectives import entropy_mask
@@ -635,7 +635,7 @@ def bad(setup, match):
   config = grpo_config.get_config("tiny")
   setup(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_config_errors_name_the_field_and_the_fix():
@@ -671,7 +671,7 @@ def test_config_errors_name_the_field_and_the_fix():
   config = grpo_config.get_config("tiny")
   config.corrections = ml_collections.ConfigDict(
       {"tis": {"c_max": 3.0}, "opsm": {}, "top_entropy": {"rho": 0.3}})
-  config_lib.validate(config)
+  train.validate(config)
 
 
 def test_old_configs_without_the_new_fields_take_their_defaults():
@@ -777,7 +777,7 @@ def test_a_string_bound_is_a_config_field_error():
   config.corrections = ml_collections.ConfigDict({"tis": {"c_max": "2"}})
   with pytest.raises(ValueError, match=r"config\.corrections\.tis: c_max "
                      r"must be a real number"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_a_level_outside_levels_fails_at_registration():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import credit
 from grpo_jax import objectives
 from grpo_jax.testing import learning
@@ -334,17 +334,17 @@ def test_bad_options_name_the_field(rule, key, value):
   config = load(rule)
   config.credit.kwargs[key] = value
   with pytest.raises(ValueError, match=rf"config\.credit\.kwargs\.{key}\b"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 @pytest.mark.parametrize("rule", ["ah_grpo", "sa_ah_grpo", "t_spmo", "gtpo",
                                   "egspo"])
 def test_variant_configs_validate_and_train_off_policy(rule):
-  config = config_lib.validate(load(rule))
+  config = train_lib.validate(load(rule))
   assert config.credit.name == rule
   assert config.train.num_iterations * config.train.num_minibatches > 1
   tiny = importlib.import_module(f"configs.{rule}").get_config("tiny")
-  config_lib.validate(tiny)
+  train_lib.validate(tiny)
 
 
 def test_row_rules_need_a_group_estimator_and_token_objective():
@@ -353,12 +353,12 @@ def test_row_rules_need_a_group_estimator_and_token_objective():
   config.advantage.kwargs = {}
   config.data.task = "segments"
   with pytest.raises(ValueError, match=r"credit\.name.*one advantage per row"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config = load("ah_grpo")
   config.objective.name = "gspo"
   config.objective.kwargs = {}
   with pytest.raises(ValueError, match=r"credit\.name.*sequence-level"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   assert advantages.ESTIMATORS.entry("sd_grpo").meta["output"] == "token"
 
 

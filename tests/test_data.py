@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from grpo_jax import arithmetic
+from grpo_jax.data import arithmetic
 from grpo_jax import data
 from grpo_jax import rewards
 from grpo_jax import testing

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
@@ -19,7 +19,7 @@ from grpo_jax import objectives
 from grpo_jax import sampling
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.objectives import divergence
 from grpo_jax.testing import learning
 
@@ -398,12 +398,12 @@ def test_config_needs_the_topk_recorded():
   c.objective.name = "dppo_topk"
   c.objective.kwargs = dict(divergence="tv")
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk: is 0"):
-    config_lib.validate(c)
+    train.validate(c)
   c.rollout.record_topk = -2
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
-    config_lib.validate(c)
+    train.validate(c)
   c.rollout.record_topk = 20
-  config_lib.validate(c)
+  train.validate(c)
 
 
 def test_record_topk_above_the_vocabulary_fails_at_build():
@@ -419,7 +419,7 @@ def test_record_topk_above_the_vocabulary_fails_at_build():
 def test_dppo_topk_config_is_off_policy_and_records_topk():
   from configs import dppo_topk  # pylint: disable=g-import-not-at-top
   c = dppo_topk.get_config()
-  config_lib.validate(c)
+  train.validate(c)
   assert c.rollout.record_topk > 0 and c.train.num_minibatches > 1
   assert c.objective.name == "dppo_topk"
 

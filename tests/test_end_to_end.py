@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from grpo_jax import checkpoint
-from grpo_jax import metrics
+from grpo_jax.runtime import checkpoint
+from grpo_jax.runtime import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

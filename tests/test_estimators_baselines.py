@@ -20,8 +20,7 @@ import pytest
 
 from configs import quickstart
 from grpo_jax import advantages
-from grpo_jax import batch as batch_lib
-from grpo_jax import config as config_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import credit
 from grpo_jax import data
 from grpo_jax import groups as groups_lib
@@ -135,7 +134,7 @@ def test_prospect_value_by_hand():
     ("loss_aversion", 0.0), ("gain_power", 0.0)])
 def test_mdp_grpo_bad_options_fail_at_validation(option, value):
   with pytest.raises(ValueError) as error:
-    config_lib.validate(config_with("mdp_grpo", **{option: value}))
+    train.validate(config_with("mdp_grpo", **{option: value}))
   assert str(error.value).startswith(
       f"config.advantage.kwargs.{option}: {option} must be"), error.value
   with pytest.raises(ValueError, match=option):
@@ -249,7 +248,7 @@ def test_gpg_unrewarded_batch_and_groups_of_one_give_zero():
 def test_gpg_bad_f_norm_fails_at_validation():
   with pytest.raises(ValueError, match=r"^config\.advantage\.kwargs\.f_norm: "
                      r"f_norm must be > 0; got 0\.0: set a value > 0"):
-    config_lib.validate(config_with("gpg", f_norm=0.0))
+    train.validate(config_with("gpg", f_norm=0.0))
 
 
 # ------------------------------------------------ the gpg objective
@@ -330,10 +329,10 @@ def test_the_trainer_builds_the_asymmetric_kl_from_the_config():
   assert train.make_components(c)["kl"].name == "kl"
   c.kl.beta, c.kl.beta_neg = 0.0, 0.04
   with pytest.raises(ValueError, match="config.kl.beta_neg"):
-    config_lib.validate(c)
+    train.validate(c)
   c.kl.beta, c.kl.beta_neg = 0.01, -1.0
   with pytest.raises(ValueError, match="config.kl.beta_neg"):
-    config_lib.validate(c)
+    train.validate(c)
 
 
 # ----------------------------------------- member temperatures: config
@@ -343,15 +342,15 @@ def test_member_temperatures_are_validated_against_the_group_size():
   c = quickstart.get_config()
   c.rollout.member_temperatures = (0.7, 1.0, 1.3)  # G = 4
   with pytest.raises(ValueError) as error:
-    config_lib.validate(c)
+    train.validate(c)
   for part in ("config.rollout.member_temperatures", "3 entries",
                "num_generations=4"):
     assert part in str(error.value), (part, str(error.value))
   c.rollout.member_temperatures = (0.7, 1.0, 0.0, 1.3)
   with pytest.raises(ValueError, match="member_temperatures.*<= 0"):
-    config_lib.validate(c)
+    train.validate(c)
   c.rollout.member_temperatures = (0.7, 0.9, 1.1, 1.3)
-  config_lib.validate(c)
+  train.validate(c)
   assert importlib.import_module("configs.mdp_grpo").get_config(
   ).rollout.member_temperatures == (0.7, 0.9, 1.1, 1.3)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import groups as groups_lib
 from grpo_jax import testing
 from grpo_jax.testing import learning
@@ -112,11 +112,11 @@ def test_ngrpo_group_of_one_gives_zero():
 def test_ngrpo_options_and_reward_range_fail_at_validation():
   c = importlib.import_module("configs.ngrpo").get_config()
   assert c.advantage.kwargs.r_max == pytest.approx(1.0)  # binary reward
-  config_lib.validate(c)
+  train_lib.validate(c)
   c.rewards.functions = ("accuracy", "format")
   c.rewards.weights = (1.0, 0.1)  # accuracy + 0.1 format reaches 1.1
   with pytest.raises(ValueError) as error:
-    config_lib.validate(c)
+    train_lib.validate(c)
   for part in ("config.advantage", "'ngrpo'", "[-inf, 1]",
                "1*accuracy + 0.1*format reaches [0, 1.1]",
                "advantage.kwargs.r_max=1.1"):
@@ -125,7 +125,7 @@ def test_ngrpo_options_and_reward_range_fail_at_validation():
   c.advantage.kwargs.n_virtual = 0
   with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\."
                      r"n_virtual: n_virtual must be an integer >= 1"):
-    config_lib.validate(c)
+    train_lib.validate(c)
   with pytest.raises(ValueError, match="r_max"):
     advantages.ngrpo(np.zeros((1, 2)), r_max=math.inf)
 
@@ -210,11 +210,11 @@ def test_seed_grpo_limits():
 
 def test_seed_grpo_checks_alpha_and_its_group_data():
   c = importlib.import_module("configs.seed_grpo").get_config()
-  config_lib.validate(c)
+  train_lib.validate(c)
   c.advantage.kwargs.alpha = 1.5
   with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\.alpha: "
                      r"alpha must be in \[0, 1\] .*got 1\.5"):
-    config_lib.validate(c)
+    train_lib.validate(c)
   estimator = advantages.make("seed_grpo")
   with pytest.raises(ValueError, match=r"'seed_grpo' reads "
                      r"GroupData\.answer_ids.*answer_ids=\.\.\."):
@@ -317,7 +317,7 @@ def test_lampo_scores_carry_no_gradient():
 
 def test_lampo_checks_its_options():
   c = importlib.import_module("configs.lampo").get_config()
-  config_lib.validate(c)
+  train_lib.validate(c)
   for key, value, message in [
       ("beta", -1.0, r"beta: beta must be >= 0 .*got -1\.0"),
       ("score", "max", r"score: score='max' is unknown; choose one of mean, "
@@ -327,7 +327,7 @@ def test_lampo_checks_its_options():
     bad.advantage.kwargs[key] = value
     with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\."
                        + message):
-      config_lib.validate(bad)
+      train_lib.validate(bad)
   with pytest.raises(ValueError, match=r"'lampo' reads "
                      r"GroupData\.sequence_logprobs"):
     advantages.make("lampo").estimate(
@@ -427,17 +427,17 @@ def test_edge_grpo_batch_mean_couples_groups_and_checks_options():
   assert advantages.meta("edge_grpo", normalizer="group")[
       "independent_groups"]
   c = importlib.import_module("configs.edge_grpo").get_config()
-  config_lib.validate(c)
+  train_lib.validate(c)
   c.advantage.kwargs.normalizer = "microbatch"
   with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\."
                      r"normalizer: normalizer='microbatch' is unknown; "
                      r"choose one of batch, group"):
-    config_lib.validate(c)
+    train_lib.validate(c)
   c.advantage.kwargs.normalizer = "batch"
   c.advantage.kwargs.min_entropy = 0.0
   with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\."
                      r"min_entropy: min_entropy must be > 0"):
-    config_lib.validate(c)
+    train_lib.validate(c)
   with pytest.raises(ValueError, match=r"'edge_grpo' reads "
                      r"GroupData\.entropies"):
     advantages.make("edge_grpo").estimate(

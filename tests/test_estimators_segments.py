@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import arithmetic
-from grpo_jax import config as config_lib
+from grpo_jax.data import arithmetic
+from grpo_jax import train as train_lib
 from grpo_jax import data
 from grpo_jax import groups as groups_lib
 from grpo_jax import testing
@@ -186,13 +186,13 @@ def test_sd_grpo_fails_at_build_on_bad_options_and_missing_data():
     bad.advantage.kwargs[option] = value
     with pytest.raises(ValueError, match=rf"^config\.advantage\.kwargs\."
                        rf"{option}: {match}"):
-      config_lib.validate(bad)
+      train_lib.validate(bad)
   c.data.task = "arithmetic"
   with pytest.raises(ValueError, match=r"config\.data\.task: 'arithmetic' "
                      r"gives no per-segment rewards.*'sd_grpo' reads "
                      r"GroupData\.segment_rewards; set "
                      r"--config\.data\.task=segments"):
-    config_lib.validate(c)
+    train_lib.validate(c)
   with pytest.raises(ValueError, match=r"'sd_grpo' reads "
                      r"GroupData\.segment_rewards"):
     advantages.make("sd_grpo").estimate(
@@ -249,7 +249,7 @@ def test_a_boxed_number_earns_the_box_reward_right_or_wrong():
     config = importlib.import_module("configs.sd_grpo").get_config()
     config.data.box_reward = bad
     with pytest.raises(ValueError, match=r"^config\.data\.box_reward: "):
-      config_lib.validate(config)
+      train_lib.validate(config)
 
 
 def char_decode(text):
@@ -361,12 +361,12 @@ def test_sd_grpo_learns_a_trivial_task_off_policy(options):
 
 
 def test_the_rollout_fills_the_segment_fields_of_the_sampled_members():
-  """`rollout_fields.segments` on two prompts of G = 2 members and ReMax's extra
+  """`rollout.fields.segments` on two prompts of G = 2 members and ReMax's extra
   row (w = 3 rows per prompt, the last never trained): rewards, valid
   slots and token ids, with the tiny character tokenizer."""
   import types  # pylint: disable=g-import-not-at-top
   from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rollout_fields  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import fields as rollout_fields  # pylint: disable=g-import-not-at-top
   tokenizer = testing.tiny_tokenizer()
   texts = [r"\boxed{7}\boxed{9}", r"\boxed{7}", "greedy row",
            r"a\boxed{1}", r"\boxed{2}\boxed{3}", "greedy row"]

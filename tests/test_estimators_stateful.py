@@ -13,10 +13,10 @@ import pytest
 from configs import avspo as avspo_config
 from configs import ebpo as ebpo_config
 from grpo_jax import advantages
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import groups as groups_lib
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import testing
 from grpo_jax.testing import learning
 from grpo_jax import train

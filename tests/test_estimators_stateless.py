@@ -20,9 +20,8 @@ import pytest
 
 from configs import quickstart
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
 from grpo_jax import groups
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 from grpo_jax import rewards
 from grpo_jax import testing
 from grpo_jax import train
@@ -461,14 +460,14 @@ def test_bnpo_on_the_weighted_sum_needs_its_range_covered():
   """The default rewards, accuracy + 0.1 format, reach 1.1: BNPO of the sum
   fails at validation, naming the estimator, both ranges and the fix."""
   with pytest.raises(ValueError) as error:
-    config_lib.validate(config_with("bnpo", decompose=False))
+    train.validate(config_with("bnpo", decompose=False))
   message = str(error.value)
   for part in ("config.advantage", "'bnpo'", "[0, 1]",
                "1*accuracy + 0.1*format reaches [0, 1.1]",
                "advantage.kwargs.r_min=0 and r_max=1.1", "rewards.weights"):
     assert part in message, (part, message)
-  config_lib.validate(config_with("bnpo", decompose=False, r_max=1.1))
-  config_lib.validate(config_with("bnpo"))  # each column is in [0, 1]
+  train.validate(config_with("bnpo", decompose=False, r_max=1.1))
+  train.validate(config_with("bnpo"))  # each column is in [0, 1]
 
 
 def test_bnpo_columns_must_each_fit():
@@ -477,12 +476,12 @@ def test_bnpo_columns_must_each_fit():
                                     cache_length=10)
   with pytest.raises(ValueError, match=r"'overlong' reaches \[-1, 0\]; set "
                      r"--config\.advantage\.kwargs\.r_min=-1 and r_max=1"):
-    config_lib.validate(c)
+    train.validate(c)
   c.advantage.kwargs = dict(r_min=-1.0, r_max=1.0)
-  config_lib.validate(c)
+  train.validate(c)
   c.rewards.shapers.overlong.weight = 0.0  # a column of weight 0 is unused
   c.advantage.kwargs = {}
-  config_lib.validate(c)
+  train.validate(c)
 
 
 def test_a_reward_without_a_declared_range_is_named():
@@ -491,9 +490,9 @@ def test_a_reward_without_a_declared_range_is_named():
     c = config_with("bnpo")
     c.rewards.functions, c.rewards.weights = ("accuracy", "judge"), (1.0, 1.0)
     with pytest.raises(ValueError, match="'judge' declares no range"):
-      config_lib.validate(c)
+      train.validate(c)
     c.advantage.name, c.advantage.kwargs = "grpo", {}  # no domain
-    config_lib.validate(c)
+    train.validate(c)
 
 
 def test_dvao_needs_two_reward_columns():
@@ -501,12 +500,12 @@ def test_dvao_needs_two_reward_columns():
   c.rewards.functions, c.rewards.weights = ("accuracy",), (1.0,)
   with pytest.raises(ValueError, match=r"'dvao' needs at least 2 reward "
                      r"columns of nonzero weight.*gives 1 \(accuracy\)"):
-    config_lib.validate(c)
+    train.validate(c)
   c.rewards.functions, c.rewards.weights = ("accuracy", "format"), (1.0, 0.0)
   with pytest.raises(ValueError, match="dvao"):
-    config_lib.validate(c)
+    train.validate(c)
   c.rewards.weights = (1.0, 0.1)
-  config_lib.validate(c)
+  train.validate(c)
 
 
 def test_weighted_sum_range_with_a_negative_weight():

@@ -14,13 +14,12 @@ import pytest
 from configs import riskpo as riskpo_config
 from configs import spo as spo_config
 from grpo_jax import advantages
-from grpo_jax import arithmetic
-from grpo_jax import checkpoint
-from grpo_jax import config as config_lib
+from grpo_jax.data import arithmetic
+from grpo_jax.runtime import checkpoint
 from grpo_jax import data
 from grpo_jax import groups as groups_lib
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import testing
 from grpo_jax.testing import learning
 from grpo_jax import train
@@ -199,7 +198,7 @@ def test_spo_option_errors_name_the_option(options, match):
 def test_spo_option_values_fail_at_validation_naming_the_field(options,
                                                                match):
   """Every SPO option (state options included) is range-checked by the
-  registry's ``check`` before any compute: `config.validate` names
+  registry's ``check`` before any compute: `train.validate` names
   ``config.advantage.kwargs.<option>``, whichever rho is in use, and
   `advantages.make` refuses it too."""
   config = spo_config.get_config()
@@ -207,7 +206,7 @@ def test_spo_option_values_fail_at_validation_naming_the_field(options,
                                  **{"rho": "constant", **options})
   with pytest.raises(ValueError, match=r"^config\.advantage\.kwargs\."
                      + match):
-    config_lib.validate(config)
+    train.validate(config)
   with pytest.raises(ValueError, match=match.split(": ", 1)[1]):
     advantages.make("spo", **dict(config.advantage.kwargs))
 
@@ -241,9 +240,9 @@ def test_spo_config_capacity_must_cover_the_task():
   with pytest.raises(ValueError, match=(
       r"config.advantage.kwargs.capacity: 300 slots.*10000 problems.*'spo'"
       r".*capacity=10000")):
-    config_lib.validate(config)
+    train.validate(config)
   config.advantage.kwargs.capacity = 10_000
-  config_lib.validate(config)
+  train.validate(config)
 
 
 # -------------------------------------------------------------- RiskPO
@@ -387,7 +386,7 @@ def test_riskpo_config_bundle_must_divide_the_prompts():
   with pytest.raises(ValueError, match=(
       r"config.advantage.kwargs.bundle_size: 3 does not divide "
       r"rollout.num_prompts=2 \(estimator 'riskpo'")):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # ------------------------------------------------------- checkpoints

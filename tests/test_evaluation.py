@@ -15,7 +15,7 @@ import pytest
 from configs import grpo as grpo_config
 from grpo_jax import data
 from grpo_jax import evaluation
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 from grpo_jax import models
 from grpo_jax import sampling
 from grpo_jax.rewards import verifiers
@@ -270,7 +270,6 @@ def test_bad_input_fails_before_the_model_loads(tmp_path, monkeypatch, kwargs,
                                                 match):
   def no_model(*args, **kw):
     raise AssertionError("the model was loaded before the input was checked")
-  monkeypatch.setattr(evaluation, "policy_to_evaluate", no_model)
   monkeypatch.setattr(models, "load_model", no_model)
   files = {"FIELDLESS": [{"text": "x", "answer": "1"}],
            "UNPARSABLE": [{"question": "x", "answer": "no number here"}]}
@@ -278,7 +277,7 @@ def test_bad_input_fails_before_the_model_loads(tmp_path, monkeypatch, kwargs,
     kwargs["benchmark"] = write_jsonl(tmp_path / "b.jsonl",
                                       files[kwargs["benchmark"]])
   with pytest.raises(ValueError, match=match):
-    evaluation.evaluate(tiny_config(), **kwargs)
+    evaluation.evaluate(tiny_config(), load_policy=no_model, **kwargs)
 
 
 def test_num_samples_defaults_to_the_largest_k(monkeypatch):
@@ -289,9 +288,8 @@ def test_num_samples_defaults_to_the_largest_k(monkeypatch):
     seen.update(num_samples=num_samples, k=k, batch=sampling.batch_size)
     return {}
   monkeypatch.setattr(evaluation, "evaluate_examples", fake)
-  monkeypatch.setattr(evaluation, "policy_to_evaluate",
-                      lambda config, checkpoint: (None, None, None, 0))
-  got = evaluation.evaluate(tiny_config(), k=(1, 4))
+  got = evaluation.evaluate(tiny_config(), k=(1, 4),
+                            load_policy=lambda: (None, None, None, 0))
   assert seen == {"num_samples": 4, "k": (1, 4), "batch": 64}
   assert got["num_samples"] == 4 and got["k"] == [1, 4]
 
@@ -441,11 +439,11 @@ def test_config_k_default(k, num_samples, expected):
     ("k", (4,), r"eval.k: holds k=4, outside \[1, eval.num_samples=0\]"),
 ])
 def test_eval_fields_are_validated_by_name(field, value, named):
-  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
   config = tiny_config()
   config.eval[field] = value
   with pytest.raises(ValueError, match=f"config.{named}"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_the_plot_draws_sparse_eval_figures(tmp_path):

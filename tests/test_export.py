@@ -13,7 +13,7 @@ import transformers
 
 from grpo_jax import config as config_lib
 from grpo_jax import models, testing
-from grpo_jax import saved_runs
+from grpo_jax.train import saved_runs
 from grpo_jax import train as train_lib
 from grpo_jax.models import export
 

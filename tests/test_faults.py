@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from configs import grpo as grpo_config
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import config as config_lib
-from grpo_jax import faults
+from grpo_jax.runtime import faults
 from grpo_jax import measures
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 from grpo_jax import rewards
 from grpo_jax import testing
 from grpo_jax import train
@@ -453,7 +453,7 @@ def test_a_missing_file_is_an_error_naming_its_field(tmp_path, field, value,
     config.data.path = str(tmp_path) if value == "DIR" else value
   else:
     config.model.name = value
-  config_lib.validate(config)  # planning or evaluating needs no files
+  train.validate(config)  # planning or evaluating needs no files
   with pytest.raises(ValueError, match=match):
     config_lib.check_files(config)
 

@@ -12,20 +12,20 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
-from grpo_jax import entropy_norm
+from grpo_jax.sampling import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import rollout
-from grpo_jax import rollout_build
+from grpo_jax.rollout import build as rollout_build
 from grpo_jax import sampling
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.testing import learning
 from grpo_jax.testing import objective_laws as laws
 
@@ -416,26 +416,26 @@ def _tiny(**rollout):
 ])
 def test_config_field_checks(field, value, match):
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(_tiny(**{field: value}))
+    train.validate(_tiny(**{field: value}))
 
 
 def test_the_objective_needs_the_sampler_rule():
   with pytest.raises(ValueError, match=r"config.rollout.temperature_tau.*"
                      r"per-token temperatures.*temperature_tau=0.05"):
-    config_lib.validate(_tiny(temperature_tau=0.0))
+    train.validate(_tiny(temperature_tau=0.0))
   c = _tiny()
   c.objective.kwargs.clip_alpha = -1.0
   with pytest.raises(ValueError, match="config.objective.kwargs.*clip_alpha"):
-    config_lib.validate(c)
+    train.validate(c)
   c = _tiny()
   c.advantage.kwargs.fallback_threshold = -1.0
   with pytest.raises(ValueError, match="config.advantage.kwargs"):
-    config_lib.validate(c)
+    train.validate(c)
 
 
 def test_the_config_follows_the_recipe():
   c = importlib.import_module("configs.hapo").get_config()
-  config_lib.validate(c)
+  train.validate(c)
   assert (c.rollout.temperature_tau, c.rollout.entropy_pivot) == (0.05, 0.8)
   assert (c.objective.name, c.advantage.name) == ("hapo",
                                                   "hapo_token_mean")

@@ -97,7 +97,8 @@ TRAIN_ONE_STEP = textwrap.dedent("""
       raise AssertionError(f"configs is importable: {configs.__file__}")
 
     from grpo_jax import config as config_lib
-    from grpo_jax import metrics, train
+    from grpo_jax.runtime import metrics
+    from grpo_jax import train
 
     config = config_lib.finalize(config_lib.get_base_config(), "tiny")
     config.train.num_steps = 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from grpo_jax import draw
+from grpo_jax.sampling import draw
 from grpo_jax import logprobs
 from grpo_jax import testing
 

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import models, sampling, testing
-from grpo_jax import saved_runs
+from grpo_jax.train import saved_runs
 from grpo_jax import train as train_lib
 from grpo_jax.models import lora
 
@@ -207,4 +207,4 @@ def test_bad_lora_options_name_the_field(field, value, named):
   section, key = field.split(".")
   c[section][key] = value
   with pytest.raises(ValueError, match=named):
-    config_lib.validate(c)
+    train_lib.validate(c)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import groups as groups_lib
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
@@ -276,13 +276,13 @@ def test_bad_filter_configs_fail_at_validation(module, change, match):
   config = module.get_config()
   change(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_bppo_takes_any_estimator_and_old_configs_get_no_filter():
   config = bppo_config.get_config()
   config.advantage.name, config.advantage.kwargs = "opo", {}
-  config_lib.validate(config)  # statistics over all: members never set
+  train.validate(config)  # statistics over all: members never set
   old = config_lib.get_base_config()
   del old["filter"]
   assert config_lib.with_defaults(old).filter.name == "none"

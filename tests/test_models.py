@@ -364,7 +364,7 @@ def test_shared_prompt_scan_gives_the_full_forwards_values_and_gradient(
   adapters, every weight perturbed so that each one matters: the hidden
   states of the full forward over the P*G rows, and its gradient. Prompts
   left-padded to unequal lengths, completions ragged."""
-  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import batch as batch_lib  # pylint: disable=g-import-not-at-top
   from grpo_jax.models import lora  # pylint: disable=g-import-not-at-top
   config = testing.tiny_config(model_type)
   keys = iter(jax.random.split(jax.random.key(3), 64))
@@ -405,7 +405,7 @@ def test_remat_keeps_the_gradient_with_fewer_temporaries(group_size):
   scan at G=1, the shared-prompt scan at G>1): the same gradient, and
   XLA's memory analysis of the compiled gradient counts fewer temporaries
   (each layer keeps its inputs alone; about half at 4 layers here)."""
-  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import batch as batch_lib  # pylint: disable=g-import-not-at-top
   config = testing.tiny_config(num_layers=4)
   keys = iter(jax.random.split(jax.random.key(5), 4))
   params = models.init_params(config, next(keys))

@@ -20,9 +20,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import pytest
 
 from configs import grpo as grpo_config
-from grpo_jax import metrics
-from grpo_jax import rollout_build
-from grpo_jax import sharding
+from grpo_jax.runtime import metrics
+from grpo_jax.rollout import build as rollout_build
+from grpo_jax.runtime import sharding
 from grpo_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

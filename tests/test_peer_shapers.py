@@ -14,7 +14,6 @@ from configs import grpo_lead as grpo_lead_config
 from configs import lcpo as lcpo_config
 from configs import repetition_penalty as repetition_config
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
 from grpo_jax import data
 from grpo_jax import evaluation
 from grpo_jax import rewards
@@ -107,11 +106,11 @@ def test_repetition_penalty_options_are_checked(options, match):
 def test_bad_shaper_options_fail_validation_naming_the_field(module, change,
                                                              match):
   for arg in (None, "tiny"):
-    config_lib.validate(module.get_config(arg))
+    train.validate(module.get_config(arg))
   config = module.get_config()
   change(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # ------------------------------------------------- GRPO-LEAD reweighting
@@ -138,7 +137,7 @@ def test_grpo_lead_estimator_is_the_spec_vector_and_hand_values():
   config = grpo_lead_config.get_config()
   config.advantage.kwargs.low = 2.0
   with pytest.raises(ValueError, match="low=2.0"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_the_grpo_lead_config_reweights_its_advantages_in_a_tiny_step():
@@ -149,7 +148,7 @@ def test_the_grpo_lead_config_reweights_its_advantages_in_a_tiny_step():
   config = grpo_lead_config.get_config("tiny")
   assert config.advantage.name == "grpo_lead"
   config.rollout.num_generations = 4
-  config_lib.validate(config)
+  train.validate(config)
   run = train.build(config)
   pipeline = run.rollout_fn.keywords["pipeline"]
   seen = {}
@@ -201,10 +200,9 @@ def test_evaluate_and_periodic_evaluation_prompt_with_the_target(monkeypatch):
     seen.append([e.question for e in examples])
     return {}
   monkeypatch.setattr(evaluation, "evaluate_examples", fake)
-  monkeypatch.setattr(evaluation, "policy_to_evaluate",
-                      lambda config, checkpoint: (None, None, None, 0))
   config = lcpo_config.get_config("tiny")
-  evaluation.evaluate(config, num_problems=2, k=())
+  evaluation.evaluate(config, num_problems=2, k=(),
+                      load_policy=lambda: (None, None, None, 0))
   config.eval.every, config.eval.num_problems = 1, 2
   evaluation.from_config(config, None, None)(None)
   assert len(seen) == 2 and seen[0] == seen[1]

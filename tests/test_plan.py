@@ -20,7 +20,6 @@ import pytest
 from configs import grpo
 from configs import replay as configs_replay
 from configs import repo as configs_repo
-from grpo_jax import config as config_lib
 from grpo_jax import models
 from grpo_jax import planning
 from grpo_jax import testing
@@ -37,7 +36,7 @@ def tiny_config(**overrides):
     for part in parents:
       node = node[part]
     node[leaf] = value
-  return config_lib.validate(c)
+  return train.validate(c)
 
 
 def mesh(config, devices):
@@ -312,7 +311,7 @@ def test_replayed_rows_size_the_update_and_log_prob_passes(name):
   minibatches of 6, one prompt per row). Both are off policy; RePO has
   KL (beta 0.04), row replay none."""
   module = {"repo": configs_repo, "replay": configs_replay}[name]
-  c = config_lib.validate(module.get_config("tiny"))
+  c = train.validate(module.get_config("tiny"))
   rows, minibatch, group = {"repo": (16, 8, 8), "replay": (24, 6, 1)}[name]
   passes = {"repo": ["old_logprobs", "ref_logprobs"],
             "replay": ["old_logprobs"]}[name]

@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import models, objectives, sampling, testing
 from grpo_jax import train as train_lib
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 
 CONFIG32 = testing.tiny_config("qwen3")
 CONFIG16 = CONFIG32.replace(dtype="bfloat16")

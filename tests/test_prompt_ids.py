@@ -1,4 +1,4 @@
-"""Prompt ids (`grpo_jax.prompt_ids`): every task's stable example ids, the
+"""Prompt ids (`grpo_jax.data.prompt_ids`): every task's stable example ids, the
 two ways a per-prompt table takes them (exact, hash), and the build-time
 checks of tables, repeated ids and draws without replacement on every task.
 Expected values are worked by hand."""
@@ -14,10 +14,11 @@ from configs import knapsack_rl as knapsack_config
 from configs import spo as spo_config
 from grpo_jax import advantages
 from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import data
 from grpo_jax import groups as groups_lib
-from grpo_jax import prompt_ids
-from grpo_jax import revisits
+from grpo_jax.data import prompt_ids
+from grpo_jax.rollout import revisits
 from grpo_jax import rewards
 from grpo_jax.strategies import select
 
@@ -68,10 +69,10 @@ def test_a_non_integer_jsonl_id_fails_before_any_compute(tmp_path):
   match = (r"config\.data\.path: .*p\.jsonl:7: 'id' is 3\.5, not an integer "
            r">= 0.*drop \(or rename\) the 'id' field")
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train_lib.validate(config)
   plain = config_lib.get_base_config()  # GRPO keys nothing on the ids
   plain.data.task, plain.data.path = "jsonl", path
-  config_lib.validate(plain)  # (a config can be planned without its files)
+  train_lib.validate(plain)  # (a config can be planned without its files)
   with pytest.raises(ValueError, match=match):
     config_lib.check_files(plain)
 
@@ -99,7 +100,7 @@ def test_a_table_of_zero_slots_names_its_capacity_field(table):
   with pytest.raises(ValueError, match=(
       r"config\." + field.replace(".", r"\.") + r": capacity=0 must be an "
       r"integer >= 1.*prompt_ids='hash'")):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def _write(tmp_path, records, name="p.jsonl"):
@@ -142,10 +143,10 @@ def test_an_exact_table_past_the_ids_fails_at_build_naming_its_field(
       r"config\.advantage\.kwargs\.capacity: 300 slots cannot hold the \d+ "
       r"problems of data\.path=.*'spo'.*prompt_ids='exact'.*capacity=\d+ or "
       r"more, or --config\.advantage\.kwargs\.prompt_ids=hash")):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.advantage.kwargs.prompt_ids = "hash"
   config.advantage.kwargs.rho = "constant"  # hashed: no stored responses
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 def test_gsm8k_exceeds_the_default_tables_unless_they_hash():
@@ -157,14 +158,14 @@ def test_gsm8k_exceeds_the_default_tables_unless_they_hash():
   with pytest.raises(ValueError, match=(
       r"config\.rewards\.shapers\.hapo_length\.capacity: 1024 slots cannot "
       r"hold the 7473 problems of data\.task='gsm8k'")):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.rewards.shapers.hapo_length.prompt_ids = "hash"
-  config_lib.validate(config)
+  train_lib.validate(config)
   config = spo_config.get_config()
   config.data.task = "gsm8k"
   with pytest.raises(ValueError, match=r"advantage\.kwargs\.capacity: 300 "
                      r"slots.*7473 problems"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_repeated_ids_fail_where_a_stage_keys_on_them(tmp_path):
@@ -176,10 +177,10 @@ def test_repeated_ids_fail_where_a_stage_keys_on_them(tmp_path):
   with pytest.raises(ValueError, match=(
       r"config\.data\.path: .*p\.jsonl repeats the 'id' field.*estimator "
       r"'spo', select 'prioritized'.*distinct 'id'.*drop the field")):
-    config_lib.validate(config)
+    train_lib.validate(config)
   plain = config_lib.get_base_config()  # GRPO keys nothing on the ids
   plain.data.task, plain.data.path = "jsonl", path
-  config_lib.validate(plain)
+  train_lib.validate(plain)
 
 
 def test_a_draw_without_replacement_is_checked_on_every_task(tmp_path):
@@ -191,7 +192,7 @@ def test_a_draw_without_replacement_is_checked_on_every_task(tmp_path):
   with pytest.raises(ValueError, match=(
       r"config\.rollout\.num_prompts: 12 exceeds the \d training problems "
       r"'prioritized' draws from without replacement \(data\.path=")):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config = spo_config.get_config()
   config.data.task = "gsm8k"
   config.advantage.kwargs.prompt_ids = "hash"
@@ -199,7 +200,7 @@ def test_a_draw_without_replacement_is_checked_on_every_task(tmp_path):
   config.rollout.num_prompts = 7480
   config.train.num_minibatches = 1
   with pytest.raises(ValueError, match=r"num_prompts: 7480 exceeds the 7473"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_spo_hashes_ids_into_its_tracker_by_hand():
@@ -253,8 +254,8 @@ def test_hashed_ids_are_refused_where_spo_rescores_stored_responses():
                                  rho="kl_adaptive")
   with pytest.raises(ValueError, match=r"config\.advantage\.kwargs\."
                      r"prompt_ids: 'hash'.*set prompt_ids='exact'"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.advantage.kwargs = dict(capacity=8, prompt_ids="hash")
-  config_lib.validate(config)  # constant rho: no stored responses
+  train_lib.validate(config)  # constant rho: no stored responses
   with pytest.raises(ValueError, match="prompt_ids='hash'"):
     revisits.make(capacity=4, num_tokens=2, prompt_ids="hash")

@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from configs import popo as popo_config
-from grpo_jax import config as config_lib
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.strategies import replay
 
 G, T, LP = 2, 3, 4
@@ -159,23 +158,23 @@ def test_draws_are_without_replacement_and_fixed_by_the_key():
 
 def test_config_errors_name_the_field_and_the_fix():
   config = popo_config.get_config("tiny")
-  config_lib.validate(config)
+  train.validate(config)
   config.objective.name = "ppo_clip"
   config.objective.kwargs = dict(clip_low=0.2, clip_high=0.2)
   with pytest.raises(ValueError, match=r"config\.objective\.name: 'ppo_clip'"
                      r".*decoupled_ppo"):
-    config_lib.validate(config)
+    train.validate(config)
   config = popo_config.get_config("tiny")
   config.advantage.name = "spo"  # a per-prompt tracker
   config.advantage.kwargs = {}
   config.rewards.weights = (1.0, 0.0)  # SPO's rewards in [0, 1]
   with pytest.raises(ValueError, match=r"config\.advantage\.name: 'spo' "
                      "keeps state"):
-    config_lib.validate(config)
+    train.validate(config)
   config = popo_config.get_config("tiny")
   config.rollout.record_topk = 4
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 @pytest.mark.parametrize("option,value,match", [
@@ -190,7 +189,7 @@ def test_config_errors_name_the_field_and_the_fix():
 def test_option_values_fail_at_validation_naming_the_field(option, value,
                                                            match):
   """Each POPO option out of range is a `registry.OptionError`:
-  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  train.validate names ``config.groups.kwargs.<option>`` and the fix, and
   the strategy's own build refuses it too."""
   testing.check_group_option_error(popo_config.get_config("tiny"), "popo",
                                    option, value, match)

@@ -1,6 +1,6 @@
 """RePO wired into the step (VARIANTS.md 4.9): the group strategy ``repo``,
 its per-prompt cache in TrainState, the step path of G + K rows per group
-(`repo_rollout`), the update's split loss, the config checks, a `:tiny`
+(`rollout.repo`), the update's split loss, the config checks, a `:tiny`
 step with the mechanism acting and an exact resume. The pure parts
 (`repo_retrieve`, `repo_advantages`, ...) are tested in
 tests/test_strategies_data.py; expected values here are hand-derived."""
@@ -14,16 +14,15 @@ import pytest
 
 from configs import repo as repo_config
 from grpo_jax import advantages as advantages_lib
-from grpo_jax import batch as batch_lib
-from grpo_jax import config as config_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import measures
 from grpo_jax import objectives
-from grpo_jax import repo_rollout
+from grpo_jax.rollout import repo as repo_rollout
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.objectives import regularisers
 from grpo_jax.strategies import repo
 
@@ -159,7 +158,7 @@ def test_random_k_is_fixed_by_the_key():
 
 
 def test_config_errors_name_the_field_and_the_fix():
-  config_lib.validate(repo_config.get_config("tiny"))
+  train.validate(repo_config.get_config("tiny"))
   cases = [
       (("objective.name", "ppo_clip"), r"config\.objective\.name: 'ppo_clip'"
        r".*decoupled_ppo"),
@@ -197,11 +196,11 @@ def test_config_errors_name_the_field_and_the_fix():
     if field == "credit.name":
       config.credit.kwargs = {}
     with pytest.raises(ValueError, match=pattern):
-      config_lib.validate(config)
+      train.validate(config)
   config = repo_config.get_config("tiny")
   config.groups.kwargs.capacity = 8
   config.groups.kwargs.prompt_ids = "hash"  # 100 ids folded into 8 slots
-  config_lib.validate(config)
+  train.validate(config)
 
 
 @pytest.mark.parametrize("option,value,match", [
@@ -223,7 +222,7 @@ def test_config_errors_name_the_field_and_the_fix():
 def test_option_values_fail_at_validation_naming_the_field(option, value,
                                                            match):
   """Each RePO option out of range is a `registry.OptionError`:
-  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  train.validate names ``config.groups.kwargs.<option>`` and the fix, and
   the strategy's own build refuses it too."""
   testing.check_group_option_error(repo_config.get_config("tiny"), "repo",
                                    option, value, match)
@@ -237,7 +236,7 @@ def test_max_variance_k_over_too_many_subsets_names_num_replays():
   with pytest.raises(ValueError, match=r"^config\.groups\.kwargs\."
                      r"num_replays: max_variance_k scores all C\(40, 8\) = "
                      r"76904685 subsets.*lower num_replays"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # --------------------------------------------------------- the split loss

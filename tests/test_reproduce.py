@@ -14,7 +14,7 @@ import pytest
 
 from experiments import runs
 from experiments.reproduce import runner
-from grpo_jax import metrics
+from grpo_jax.runtime import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLAIMS = sorted(

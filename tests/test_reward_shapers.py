@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import checkpoint
-from grpo_jax import config as config_lib
+from grpo_jax.runtime import checkpoint
 from grpo_jax import data
 from grpo_jax import rewards
 from grpo_jax import testing
@@ -392,7 +391,7 @@ CONFIGS = {"lcpo": lcpo_config, "grpo_lead": grpo_lead_config,
 def test_configs_validate_at_quickstart_scale_and_tiny(name):
   for arg in (None, "tiny"):
     config = CONFIGS[name].get_config(arg)
-    config_lib.validate(config)
+    train.validate(config)
     assert name in config.rewards.shapers
   full = CONFIGS[name].get_config()
   assert full.rollout.num_prompts == 2 and full.rollout.max_new_tokens == 40
@@ -442,14 +441,14 @@ def test_bad_options_fail_at_validation_naming_the_field(name, change,
   config = CONFIGS[name].get_config()
   change(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 def test_a_shaper_without_weight_is_named():
   config = consteer_config.get_config()
   del config.rewards.shapers.consteer["weight"]
   with pytest.raises(ValueError, match=r"rewards\.shapers\.consteer.*weight"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # -------------------------------------------------- a real resumed run

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from configs import grpo as grpo_config
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import models
 from grpo_jax import rewards
-from grpo_jax import rollout_build
+from grpo_jax.rollout import build as rollout_build
 from grpo_jax import testing
 from grpo_jax.rewards import workers
 
@@ -285,7 +285,7 @@ def test_invalid_reward_worker_fields_name_the_field(field, value):
           config.rewards.deadline_s) == (2, 30.0, 300.0)
   config.rewards[field] = value
   with pytest.raises(ValueError, match=rf"config\.rewards\.{field}:"):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_a_rollout_with_a_hanging_verifier_finishes_and_counts_it():
@@ -300,7 +300,7 @@ def test_a_rollout_with_a_hanging_verifier_finishes_and_counts_it():
 
   with rewards.VERIFIERS.scoped():
     rewards.VERIFIERS.register("hang")(hang)
-    config_lib.validate(config)
+    train_lib.validate(config)
     generate = rollout_build.from_config(config, model_config, tokenizer)
     states = {name: c.init()
               for name, c in rollout_build.make_components(config).items()}

@@ -14,8 +14,8 @@ import pytest
 from configs import dapo as dapo_config
 from configs import grpo as grpo_config
 from grpo_jax import advantages
-from grpo_jax import arithmetic
-from grpo_jax import batch as batch_lib
+from grpo_jax.data import arithmetic
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import credit
 from grpo_jax import data
 from grpo_jax import groups
@@ -23,12 +23,12 @@ from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import rollout
-from grpo_jax import rollout_build
+from grpo_jax.rollout import build as rollout_build
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax.rewards import verifiers
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 
 
 @pytest.fixture(scope="module")

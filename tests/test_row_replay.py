@@ -1,6 +1,6 @@
 """The rollout-level replay buffer wired into the step (VARIANTS.md 4.6):
 the group strategy ``replay`` (grpo_jax/strategies/row_replay.py), its
-step path (grpo_jax/replay_rollout.py), the config checks, a `:tiny` step
+step path (grpo_jax/rollout/replay.py), the config checks, a `:tiny` step
 with the mechanism acting, and an exact resume. The buffer's pure parts are
 tested in tests/test_buffer.py; expected values here are hand-derived."""
 
@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from configs import replay as replay_config
-from grpo_jax import config as config_lib
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.strategies import buffer as buffer_lib
 from grpo_jax.strategies import row_replay
 
@@ -128,26 +127,26 @@ def test_round_rows_are_the_rounds_rows_prompt_major():
 
 def test_config_errors_name_the_field_and_the_fix():
   config = replay_config.get_config("tiny")
-  config_lib.validate(config)
+  train.validate(config)
   config.objective.name = "ppo_clip"
   config.objective.kwargs = dict(clip_low=0.2, clip_high=0.2)
   with pytest.raises(ValueError, match=r"config\.objective\.name: 'ppo_clip'"
                      r".*decoupled_ppo"):
-    config_lib.validate(config)
+    train.validate(config)
   config = replay_config.get_config("tiny")
   config.groups.kwargs.rows = 3  # 8 + 3 rows in 4 minibatches
   with pytest.raises(ValueError, match=r"config\.train\.num_minibatches: "
                      r"4 does not divide the N=11 .*3 replayed rows"):
-    config_lib.validate(config)
+    train.validate(config)
   config = replay_config.get_config("tiny")
   config.rewards.shapers = {"overlong": {}}
   with pytest.raises(ValueError, match=r"config\.(rewards\.shapers|"
                      r"rewards\.shapers\.overlong)"):
-    config_lib.validate(config)
+    train.validate(config)
   config = replay_config.get_config("tiny")
   config.rollout.record_topk = 4
   with pytest.raises(ValueError, match=r"config\.rollout\.record_topk"):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 @pytest.mark.parametrize("option,value,match", [
@@ -164,7 +163,7 @@ def test_config_errors_name_the_field_and_the_fix():
 def test_option_values_fail_at_validation_naming_the_field(option, value,
                                                            match):
   """Each row-replay option out of range is a `registry.OptionError`:
-  config.validate names ``config.groups.kwargs.<option>`` and the fix, and
+  train.validate names ``config.groups.kwargs.<option>`` and the fix, and
   the strategy's own build refuses it too."""
   testing.check_group_option_error(replay_config.get_config("tiny"), "replay",
                                    option, value, match)

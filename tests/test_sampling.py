@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import decoding
-from grpo_jax import draw
+from grpo_jax.sampling import decoding
+from grpo_jax.sampling import draw
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import testing
 
 T = 6

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from grpo_jax import batch as batch_lib
-from grpo_jax import checkpoint as checkpoint_lib
+from grpo_jax.train import batch as batch_lib
+from grpo_jax.runtime import checkpoint as checkpoint_lib
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import testing
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.objectives import regularisers
 
 MESHES = [(1, 8, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)]

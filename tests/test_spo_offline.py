@@ -12,11 +12,10 @@ import pytest
 
 from configs import spo as spo_config
 from grpo_jax import advantages
-from grpo_jax import checkpoint
-from grpo_jax import config as config_lib
-from grpo_jax import optim
+from grpo_jax.runtime import checkpoint
+from grpo_jax.train import optim
 from grpo_jax import objectives
-from grpo_jax import profiling
+from grpo_jax.data import profiling
 from grpo_jax import rollout
 from grpo_jax import testing
 from grpo_jax import train
@@ -99,7 +98,7 @@ def test_bad_offline_init_names_the_field(kwargs, match):
   config.advantage.kwargs = dict(config.advantage.kwargs, **kwargs)
   with pytest.raises(ValueError, match=(
       r"config.advantage.kwargs.offline_init: .*" + match)):
-    config_lib.validate(config)
+    train.validate(config)
   with pytest.raises(ValueError, match=match):  # and the estimator's own
     trackers.spo(jnp.zeros((2, 1)), trackers.spo_init(capacity=2),
                  prompt_index=jnp.asarray([0, 1]), **kwargs)
@@ -167,7 +166,7 @@ def test_step_zero_initialises_the_tracker_from_the_profile():
     _, m1, later = rollout.generate(run.state.params, run.ref_params, 1,
                                     key, states, pipeline=pipeline)
     # The same pass, by hand: its counts, and the Beta parameters of each.
-    from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
     prof = budget_rollout.profile_fn(
         run.state.params, jax.random.fold_in(key, rollout._OFFLINE_KEY),  # pylint: disable=protected-access
         pipeline)(pipeline.task.train_indices(), 2)

@@ -14,15 +14,14 @@ import pytest
 from configs import edge_grpo as edge_config
 from configs import spo as spo_config
 from grpo_jax import advantages
-from grpo_jax import arithmetic
-from grpo_jax import batch as batch_lib
-from grpo_jax import checkpoint
-from grpo_jax import config as config_lib
+from grpo_jax.data import arithmetic
+from grpo_jax.train import batch as batch_lib
+from grpo_jax.runtime import checkpoint
 from grpo_jax import data
 from grpo_jax import objectives
-from grpo_jax import optim
-from grpo_jax import references
-from grpo_jax import revisits
+from grpo_jax.train import optim
+from grpo_jax.rollout import references
+from grpo_jax.rollout import revisits
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import testing
@@ -197,17 +196,17 @@ def test_prioritized_needs_a_beta_tracker_and_indexed_problems():
   config.rewards.functions, config.rewards.weights = ("accuracy",), (1.0,)
   with pytest.raises(ValueError, match=r"config.select.name: 'prioritized'"
                      r".*'grpo'.*advantage.name=spo"):
-    config_lib.validate(config)
+    train.validate(config)
   config = spo_config.get_config()  # some of the 100 one-digit sums train
   config.rollout.num_prompts = 101
   with pytest.raises(ValueError, match=r"config.rollout.num_prompts: 101 "
                      r"exceeds the \d+ training problems"):
-    config_lib.validate(config)
+    train.validate(config)
   for floor in (0.0, -1.0, float("nan")):
     config = spo_config.get_config()
     config.select.kwargs.floor = floor
     with pytest.raises(ValueError, match=r"config\.select\.kwargs: floor"):
-      config_lib.validate(config)
+      train.validate(config)
 
 
 # ------------------------------------------------ guided error correction
@@ -337,7 +336,7 @@ def test_guided_correction_config_errors(change, match):
   config = edge_config.get_config()
   change(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # --------------------------------------------------------- checkpoints

@@ -15,10 +15,9 @@ import pytest
 from configs import aero as aero_config
 from configs import dapo as dapo_config
 from configs import ghpo as ghpo_config
-from grpo_jax import arithmetic
-from grpo_jax import config as config_lib
+from grpo_jax.data import arithmetic
 from grpo_jax import data
-from grpo_jax import references
+from grpo_jax.rollout import references
 from grpo_jax import rollout
 from grpo_jax import strategies
 from grpo_jax import train
@@ -329,7 +328,7 @@ def test_config_errors_name_the_field(module, change, match):
   config = module.get_config()
   change(config)
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config)
+    train.validate(config)
 
 
 # ------------------------------------------------- real :tiny steps

@@ -10,7 +10,7 @@ import pytest
 
 from configs import grpo as grpo_config
 from grpo_jax import advantages
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
 from grpo_jax import measures
@@ -18,15 +18,15 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.objectives import regularisers
 from grpo_jax import rollout
-from grpo_jax import rollout_build
+from grpo_jax.rollout import build as rollout_build
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import testing
 from grpo_jax.testing import estimator_laws as laws
 from grpo_jax.testing import learning
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 
 VOCAB = learning.VOCAB
 TARGET = learning.TARGET  # the learning tests reward emitting this token
@@ -580,14 +580,14 @@ def test_config_validation_runs_before_build():
   config.rollout.num_generations = 0
   with pytest.raises(ValueError, match="rollout.num_generations"):
     train.build(config)
-  config_lib.validate(grpo_config.get_config("tiny"))
+  train.validate(grpo_config.get_config("tiny"))
 
 
 # ------------------------------------------------- held-out evaluation
 
 
 def test_training_evaluates_the_heldout_split_every_n_steps(tmp_path):
-  from grpo_jax import metrics  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import metrics  # pylint: disable=g-import-not-at-top
   config = grpo_config.get_config("tiny")
   config.train.num_steps, config.checkpoint.every = 3, 3
   config.eval.every, config.eval.num_samples = 2, 2

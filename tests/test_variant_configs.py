@@ -22,7 +22,7 @@ from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -49,7 +49,7 @@ import numpy as np
 from experiments.benchmarks import loss as loss_bench
 from experiments.benchmarks import machine
 from experiments.benchmarks import profile
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 from grpo_jax import models
 
 # Hugging Face config.json files shipped with the package; read directly

@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks import machine
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 CONFIGS = ("jax_chunked", "jax_naive", "torch_log_softmax", "torch_selective",
            "torch_log_softmax_from_logits", "torch_selective_from_logits")

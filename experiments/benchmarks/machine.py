@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 
 class Limits(NamedTuple):

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import batch as batch_lib
-from grpo_jax import allocator, data, models, sampling
+from grpo_jax.train import batch as batch_lib
+from grpo_jax.runtime import allocator
+from grpo_jax import data, models, sampling
 
 QUESTIONS = ("What is 7 + 5?", "Name three colours.",
              "Write one sentence about the sea.", "What is 12 * 3?")

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 from experiments.benchmarks import machine
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 CATEGORIES = ("prefill", "matmul", "attention", "logits", "sample", "layers",
               "other")
@@ -174,9 +174,10 @@ def update_case(config, params, num_prompts: int, group: int,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import batch as batch_lib  # pylint: disable=g-import-not-at-top
   from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from grpo_jax import objectives, optim, train, update  # pylint: disable=g-import-not-at-top
+  from grpo_jax import objectives, train  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import optim, update  # pylint: disable=g-import-not-at-top
   n, s = num_prompts * group, prompt_len + new_tokens
   rng = np.random.default_rng(0)
   high = min(1000, config.vocab_size)

@@ -56,7 +56,7 @@ if __package__ in (None, ""):  # run as a script: make `experiments` importable
   sys.path.insert(0, str(REPO_ROOT))
 # pylint: disable-next=wrong-import-position
 from experiments.benchmarks import machine
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
@@ -139,7 +139,7 @@ def decode_dots_seconds(config, params, num_rows, repeats=5) -> float:
   floor (the sampler's figure is the best of `--repeats`)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from grpo_jax import decoding  # pylint: disable=g-import-not-at-top
+  from grpo_jax.sampling import decoding  # pylint: disable=g-import-not-at-top
   layers = decoding.weights(params, config, fused=decoding.fuse_projections())
   rows = decoding.output_rows(params, config)
   q_rows = config.num_heads * config.head_dim

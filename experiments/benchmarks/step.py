@@ -100,7 +100,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks import machine
-from grpo_jax import allocator
+from grpo_jax.runtime import allocator
 
 NUM_GENERATIONS = 8
 MAX_NEW_TOKENS = 64
@@ -539,7 +539,8 @@ def run_tunix(args, num_prompts):
   import importlib.metadata  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from grpo_jax import optim, rewards, train  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import optim  # pylint: disable=g-import-not-at-top
+  from grpo_jax import rewards, train  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import sampler as sampler_bench  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top

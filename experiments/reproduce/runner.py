@@ -12,6 +12,7 @@ keeps them): the metrics are what the claims are read from, and 51 runs'
 checkpoints would not fit on this machine's disk.
 """
 
+import functools
 import importlib
 import json
 import os
@@ -24,11 +25,12 @@ import ml_collections
 import numpy as np
 
 from experiments import runs
-from grpo_jax import allocator
-from grpo_jax import checkpoint
+from grpo_jax.runtime import allocator
+from grpo_jax.runtime import checkpoint
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
-from grpo_jax import metrics
+from grpo_jax.train import saved_runs
+from grpo_jax.runtime import metrics
 from grpo_jax import train as train_lib
 
 _WORKDIR = flags.DEFINE_string(
@@ -43,7 +45,7 @@ _ARMS = flags.DEFINE_list(
     "whose runs have finished).")
 _OUT = flags.DEFINE_string(
     "out", None, "Where <claim>.json, .png and .md go; default "
-    "experiments/reproduce/results (the README's) for every arm with the "
+    "experiments/reproduce/results (docs/reproductions.md's) for every arm with the "
     "default seeds at the quickstart preset, else WORKDIR/results.")
 _KEEP_CHECKPOINTS = flags.DEFINE_bool(
     "keep_checkpoints", False, "Keep a finished run's checkpoints.")
@@ -83,7 +85,7 @@ def arm_config(arm: Arm, seed: int, preset: str = "quickstart"
   config.update_from_flattened_dict(dict(arm.overrides))
   config.seed = seed
   config.eval.every = config.train.num_steps
-  return config_lib.validate(config)
+  return train_lib.validate(config)
 
 
 def run_directory(workdir: str, arm: Arm, seed: int) -> str:
@@ -186,7 +188,9 @@ def base_accuracy(arms: Sequence[Arm], preset: str, workdir: str) -> float:
       known = json.load(f)
   if key not in known:
     known[key] = evaluation.evaluate(
-        configs[0], k=(), num_problems=configs[0].eval.num_problems)[
+        configs[0], k=(), num_problems=configs[0].eval.num_problems,
+        load_policy=functools.partial(saved_runs.policy_to_evaluate,
+                                      configs[0]))[
             "greedy_accuracy"]
     os.makedirs(workdir, exist_ok=True)
     metrics.write_atomically(path, json.dumps(known))
@@ -259,7 +263,7 @@ def main(claim: str, arms: Sequence[Arm], columns: Sequence[str],
       raise app.UsageError(f"unexpected arguments {argv[1:]}")
     checkpoint.quiet_orbax_logs()
     preset, workdir = _PRESET.value, _WORKDIR.value
-    # The README's results only from a full run: every arm, default seeds.
+    # The published results (docs/reproductions.md) only from a full run: every arm, default seeds.
     full = (preset == "quickstart" and _ARMS.value is None
             and _SEEDS.value == _SEEDS.default)
     out = _OUT.value or (RESULTS if full else os.path.join(workdir,

@@ -45,7 +45,7 @@ metadata also says which rewards it takes (``reward_range``,
 ``min_reward_columns``): `check_reward_columns` holds a config's reward
 columns to them before any compute. One that takes options declares
 ``check=``, their values' domains (`_kit.check_real`, ``check_int``,
-``check_choice``, ``check_std_options``): `make` and `config.validate`
+``check_choice``, ``check_std_options``): `make` and `train.validate`
 refuse a bad value with a `registry.OptionError` naming the option
 (``config.advantage.kwargs.<option>: ...``); the contract suite holds a
 bad value of each such estimator.

@@ -67,7 +67,7 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
     state: None for a stateless estimator; a `StateSpec` for a stateful one.
     reward_range: None (any reward), or the ``(lo, hi)`` its rewards must lie
       in, or a function of the options giving it (BNPO's ``r_min`` and
-      ``r_max``). `config.validate` checks it against the reward functions'
+      ``r_max``). `train.validate` checks it against the reward functions'
       declared ranges before any compute (`advantages.check_reward_columns`).
     reward_range_of: what must lie in `reward_range`: ``sum`` (the weighted
       sum sum_k w_k R_k) or ``columns`` (each column R_k alone); or a
@@ -82,14 +82,14 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       members (`strategies.members`).
     prompt_ids: None, or how a per-prompt table in its state (``capacity``
       slots) takes `data.Example.index`: ``exact`` or ``hash`` (or a
-      function of the options giving one); `prompt_ids.check_config` holds
+      function of the options giving one); `rollout.checks.check_prompt_ids` holds
       it against the task's ids.
     check: None, or ``check(**options)`` raising `registry.OptionError`
       (naming the option) for an out-of-range option value, state options
       included; `advantages.check_options` runs it with every option, the
       estimator's defaults filled in (`option_defaults`: a rule across
       options, r_min < r_max, reads the values in use), so `make` and
-      `config.validate` refuse such a value before any compute. Built from
+      `train.validate` refuse such a value before any compute. Built from
       `check_real`, `check_int`, `check_choice` and `check_std_options`.
     examples: keyword options the contract suite runs the estimator with.
   """

@@ -18,7 +18,7 @@ from grpo_jax.advantages import _kit
 
 def _check_mdp_options(*, mix, anchor, anchor_scale, gain_power, loss_power,
                        loss_aversion, bound, eps, ddof, **_) -> None:
-  # The registry's ``check``: config.validate refuses a bad value before any
+  # The registry's ``check``: train.validate refuses a bad value before any
   # compute, naming it.
   _kit.check_real("mix", mix, low=0.0, high=1.0)  # the absolute anchor's share
   _kit.check_real("anchor", anchor)

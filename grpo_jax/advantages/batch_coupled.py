@@ -73,7 +73,7 @@ def _bnpo_column(scaled, valid, max_weight):
   means = scaled.mean(axis=1)  # [P, C]
   alpha, beta = beta_fit(means, valid)
   # Clipped: only rewards outside [r_min, r_max] leave [0, 1], which
-  # config.validate rules out; this keeps a direct call finite.
+  # train.validate rules out; this keeps a direct call finite.
   p = jnp.clip(means, 0.0, 1.0)
   # xlogy gives 0 * log 0 = 0 at alpha = 1 or beta = 1 (a flat side).
   log_pdf = (special.xlogy(alpha - 1.0, p) + special.xlog1py(beta - 1.0, -p)

@@ -19,7 +19,7 @@ SD_UNSEGMENTED = ("holistic", "zero")
 
 def _check_sd(*, lam, blend_at, scale, unsegmented, eps, ddof, **_
               ) -> None:
-  # The registry's ``check``: config.validate refuses a bad value at build.
+  # The registry's ``check``: train.validate refuses a bad value at build.
   _kit.check_real("lam", lam, low=0.0, high=1.0, why="the weight of the "
                   "holistic reward in the blend; 0, the default, is "
                   "per-segment only")

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import prompt_ids as prompt_ids_lib
+from grpo_jax.data import prompt_ids as prompt_ids_lib
 from grpo_jax import registry
 from grpo_jax.advantages import _kit
 
@@ -231,7 +231,7 @@ def check_spo(*, rho: str = "constant", rho_value: float = 0.875,
               prompt_ids: str = "exact", offline_init: int = 0,
               capacity: int = 1024) -> None:
   """SPO's option values, state options included (registry metadata
-  ``check``): `config.validate` and `advantages.make` refuse a bad one
+  ``check``): `train.validate` and `advantages.make` refuse a bad one
   before any compute, naming it (`registry.OptionError`)."""
   _check_spo_options(rho, rho_value, rho_min, rho_max, d_half)
   _check_number("eps", eps)
@@ -294,7 +294,7 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
   id is not in the seed), after verl's ``recipe/spo`` (VARIANTS.md
   section 1.4). D_x (`GroupData.divergence`) is the masked token mean of
   |logp_then(y_prev) - logp_now(y_prev)|, y_prev the response stored at
-  the prompt's previous visit (`grpo_jax.revisits`); a first visit has
+  the prompt's previous visit (`grpo_jax.rollout.revisits`); a first visit has
   D = 0, so rho = rho_max. The rollout measures D before the step's
   update, against the log-probs stored before the previous visit's update;
   verl measures both after the update: the same number of updates apart,
@@ -323,7 +323,7 @@ def spo(rewards, state: SPOState, *, rho: str = "constant",
       0.875 and 0.96).
     d_half: the divergence that halves rho before the clip (0.06).
     eps: added to the batch std.
-    prompt_ids: ``exact`` (slot = id; config.validate refuses a task whose
+    prompt_ids: ``exact`` (slot = id; train.validate refuses a task whose
       ids reach past the table) or ``hash`` (slot = id mod capacity).
     offline_init: n offline samples per training problem the tracker
       starts from (0: the prior alpha = beta = 0.5); read by the rollout

@@ -15,7 +15,7 @@ the params (``layers/attn/q_lora_a`` [Lyr, D, r] beside ``layers/attn/q``):
 
 The model applies the two small matmuls itself where a leaf has adapters
 (never forming W + AB in training); each sampler call merges them into
-one copy of the weights, and `saved_runs.restore_policy` merges them for
+one copy of the weights, and `train.saved_runs.restore_policy` merges them for
 evaluation and export.
 
 Our own rather than qwix: the sampler's decode step is a hand-written

@@ -1,6 +1,6 @@
 """Models a config names without a checkpoint, and tokenizer ids.
 
-``tiny``: a random 2-layer model over `testing.tiny_tokenizer` (a
+``tiny``: a random 2-layer model over `tiny_tokenizer` (a
 character-level tokenizer), built offline in a second, for tests and CI.
 Any other name is a checkpoint (`loading.load`).
 """
@@ -12,6 +12,32 @@ from grpo_jax.models import transformer
 from grpo_jax.models.config import ModelConfig
 
 
+# A character-level chat tokenizer, built offline: every printable ASCII
+# character is one token. Used by the `tiny` model option of the configs.
+TINY_SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def tiny_tokenizer():
+  """A transformers tokenizer over single characters (100 ids, pad 0, eos 1)."""
+  import string  # pylint: disable=g-import-not-at-top
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  chars = sorted(set(string.printable) - set("\x0b\x0c\r"))
+  vocab = {t: i for i, t in enumerate(list(TINY_SPECIAL_TOKENS) + chars)}
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
+      tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+  tok.decoder = tokenizers.decoders.Fuse()
+  tokenizer = transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+      unk_token="<unk>")
+  tokenizer.chat_template = TINY_CHAT_TEMPLATE
+  return tokenizer
+
+
 def tiny_model_config(vocab_size: int) -> ModelConfig:
   """The `tiny` model: 2 layers, width 32 (a forward pass takes milliseconds)."""
   return ModelConfig(
@@ -20,17 +46,12 @@ def tiny_model_config(vocab_size: int) -> ModelConfig:
       head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
 
 
-def _tiny_tokenizer():
-  from grpo_jax import testing  # pylint: disable=g-import-not-at-top
-  return testing.tiny_tokenizer()
-
-
 def _tiny_config():
-  return tiny_model_config(len(_tiny_tokenizer()))
+  return tiny_model_config(len(tiny_tokenizer()))
 
 
 def _tiny_model(seed: int):
-  tokenizer = _tiny_tokenizer()
+  tokenizer = tiny_tokenizer()
   config = tiny_model_config(len(tokenizer))
   return (config, transformer.init_params(config, jax.random.PRNGKey(seed)),
           tokenizer)

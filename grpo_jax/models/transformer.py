@@ -44,7 +44,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax.models import lora
 from grpo_jax.models.config import ModelConfig
 

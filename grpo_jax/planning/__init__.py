@@ -37,7 +37,7 @@ of more than one layer it is far below the step's work; it is shown beside an
 analytic count of the matmuls and attention as the code computes them
 (`forward_flops`), and the conventional ``6 x params x tokens``.
 
-    config = config_lib.validate(grpo.get_config())
+    config = train.validate(grpo.get_config())
     config.model.name = "qwen2.5-7b"     # a shipped architecture (no weights)
     result = planning.plan(config, mesh=planning.mesh_for(config))
     print(planning.format_plan(result, mfu=0.4))

@@ -16,16 +16,16 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import models
-from grpo_jax import optim
-from grpo_jax import replay_rollout
-from grpo_jax import repo_rollout
+from grpo_jax.train import optim
+from grpo_jax.rollout import layout
+from grpo_jax.rollout import repo as repo_rollout
 from grpo_jax import rollout as rollout_lib
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import train as train_lib
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.models import lora
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax.planning.architectures import model_config_from_name, param_count
@@ -247,7 +247,7 @@ def abstract_batch(config, *, rows: int, prompt_length: int,
       old_logp=None if on_policy else f32(rows, t),
       ref_logp=f32(rows, t) if config.kl.beta > 0 else None,
       sampler_logp=f32(rows, t), temperature=f32(rows),
-      replayed=f32(rows) if replayed_rows(config) else None,
+      replayed=f32(rows) if layout.step_rows(config).adds_rows else None,
       **_abstract_topk(config, rows, t))
 
 
@@ -259,14 +259,6 @@ def _abstract_topk(config, rows: int, t: int) -> dict:
   return dict(sampler_topk_ids=jax.ShapeDtypeStruct((rows, t, k), jnp.int32),
               sampler_topk_logp=jax.ShapeDtypeStruct((rows, t, k),
                                                      jnp.float32))
-
-
-def replayed_rows(config) -> int:
-  """Rows a step trains on beside its sampled P x G: RePO's K per group
-  (`repo_rollout.extra_rows`) plus row replay's R
-  (`replay_rollout.replay_rows`)."""
-  return (config.rollout.num_prompts * repo_rollout.extra_rows(config)
-          + replay_rollout.replay_rows(config))
 
 
 class StepShapes(NamedTuple):
@@ -289,8 +281,8 @@ def step_shapes(config, prompt_length: int = 0) -> StepShapes:
   """`StepShapes` of a config; `prompt_length` 0: the largest prompt
   bucket (the worst case a step can meet)."""
   r, t = config.rollout, config.train
-  rows = r.num_prompts * r.num_generations
-  batch_rows = rows + replayed_rows(config)
+  step = layout.step_rows(config)
+  rows, batch_rows = step.sampled, step.total
   minibatch = batch_rows // t.num_minibatches
   return StepShapes(
       prompts=r.num_prompts, generations=r.num_generations, rows=rows,
@@ -511,7 +503,7 @@ def budget_notes(config, training: Training) -> list:
   program is the plain P x G one (a budget's ragged call of N rows has the
   same rows and prefill), and sGPO's profiling pass, which runs once, at
   the first step, in calls of at most N rows
-  (`budget_rollout.profile_batch`) that are neither compiled nor counted
+  (`rollout.budgets.profile_batch`) that are neither compiled nor counted
   here."""
   budget = training.components["budget"]
   if not budget.active:

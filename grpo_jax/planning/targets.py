@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence, Tuple
 
 import jax
 
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 
 # A mode is config overrides that feed the same build path; a field the
 # config lacks makes its mode a clear error.

@@ -34,7 +34,7 @@ them is `shaping`.
 
 A new one is a function in `verifiers.py` or `shapers.py` under the
 registry's decorator, with the range of its values (``range=(lo, hi)``):
-`column_ranges` reads them for `config.validate`, which holds them against
+`column_ranges` reads them for `train.validate`, which holds them against
 the advantage estimator's domain.
 """
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import prompt_ids as prompt_ids_lib
+from grpo_jax.data import prompt_ids as prompt_ids_lib
 from grpo_jax.rewards.shapers import (SHAPERS, StateSpec, check_group_size,
                                       check_lengths, check_rows)
 

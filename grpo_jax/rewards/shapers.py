@@ -35,7 +35,7 @@ A shaper whose prompt must say something (LCPO's target length) declares
 ``instruction=fn(prompt_index, **options) -> str``, appended to the
 question. A rule spanning the config (POW3R's rubric weights) is
 ``check_config=fn(*, functions, weights, ranges, **options)``, returning
-None or (field, problem, fix) for `config.validate`.
+None or (field, problem, fix) for `train.validate`.
 
 | name           | column                                        | paper            |
 |----------------|-----------------------------------------------|------------------|

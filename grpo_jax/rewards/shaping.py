@@ -6,7 +6,7 @@ per-prompt history) is updated once per step from every round drawn.
 the rollout's ``shape`` component (`rollout.STAGES`), its state a dict
 name -> state in ``TrainState.states["shape"]`` (``()`` for a stateless
 shaper), checkpointed like every component's. `check_shapers` holds the
-shapers' reads and options against the rest of a config (`config.validate`).
+shapers' reads and options against the rest of a config (`train.validate`).
 """
 
 import logging
@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from grpo_jax import registry
-from grpo_jax.config_errors import fail
+from grpo_jax.config.errors import fail
 from grpo_jax.rewards.shapers import (READ_VERIFIERS, SHAPERS, Shaper,
                                       make_shaper)
 from grpo_jax.rewards.verifiers import VERIFIERS
@@ -148,7 +148,7 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
   and valid, the verifiers it reads are configured, a length limit fits
   the sampler, and POW3R's criteria are a rubric (weights summing to 1,
   one category each, scores in [0, 1]). A per-prompt table's size against
-  the task's ids is `prompt_ids.check_config`'s."""
+  the task's ids is `rollout.checks.check_prompt_ids`'s."""
   for name, options in shapers_config.items():
     field = f"rewards.shapers.{name}"
     if "weight" not in options:

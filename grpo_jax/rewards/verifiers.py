@@ -7,7 +7,7 @@ A reward function scores a batch of N completions,
 
 and registers in `VERIFIERS` under the name a config uses
 (``rewards.functions``), with the range of its values (``range=(lo, hi)``
-metadata), which `config.validate` holds against an estimator's domain
+metadata), which `train.validate` holds against an estimator's domain
 (BNPO's [0, 1]). Training scores in worker processes by default
 (``rewards.workers``), one completion per call (N = 1), each under a
 timeout; a function that needs the whole batch at once runs with

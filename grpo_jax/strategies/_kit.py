@@ -48,7 +48,7 @@ class Selected(NamedTuple):
   # Rows that join the batch beside the picked groups' own (RePO's
   # replayed completions, `strategies.repo.ReplayRows`); None when none.
   # Only a strategy declaring metadata ``extra_rows`` returns them, and its
-  # step runs through `grpo_jax.repo_rollout`.
+  # step runs through `grpo_jax.rollout.repo`.
   replay: Optional[Any] = None
 
 
@@ -160,7 +160,7 @@ def make_group_strategy(name: str, layout: Optional[GroupLayout] = None,
                        "run; pass layout= (a GroupLayout).")
     init = functools.partial(stateful, layout, **options)
     # Its option checks, before any compute; shapes only (a buffer is not
-    # allocated at config.validate).
+    # allocated at train.validate).
     jax.eval_shape(init)
   else:
     init = lambda: ()

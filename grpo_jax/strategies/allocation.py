@@ -33,7 +33,7 @@ from typing import Any, Callable, NamedTuple, Tuple
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import prompt_ids as prompt_ids_lib
+from grpo_jax.data import prompt_ids as prompt_ids_lib
 from grpo_jax import registry
 from grpo_jax.strategies import budgets
 from grpo_jax.strategies import ragged
@@ -268,7 +268,7 @@ def knapsack(state: SuccessTracker, *, draw, select, step, num_prompts,
     extreme_p: completions of a prompt with p in {0, 1}; 0 = n_min.
     unseen_p: the success rate assumed for a prompt never seen.
     capacity: the tracker's slots (`prompt_ids`).
-    prompt_ids: ``exact`` (slot = id; config.validate refuses a task whose
+    prompt_ids: ``exact`` (slot = id; train.validate refuses a task whose
       ids reach past `capacity`) or ``hash`` (slot = id mod capacity;
       problems sharing a slot share their rate); `prompt_ids.slots`.
     signal_reward: the column whose value > 0 counts as solved; "" = the
@@ -464,7 +464,7 @@ def sgpo(state: SGPOState, *, draw, task, profile, num_prompts, num_rows,
     g_min, g_max: the group size's clip (g_max is the view's width).
     zero_keep_frac: the share of never-solved queries kept.
     capacity: the profile's slots (`prompt_ids`).
-    prompt_ids: ``exact`` (slot = id; config.validate refuses a task whose
+    prompt_ids: ``exact`` (slot = id; train.validate refuses a task whose
       ids reach past `capacity`; a problem without a slot is left out of
       the curriculum) or ``hash`` (slot = id mod capacity; problems sharing
       a slot pool their profiles); `prompt_ids.slots`.

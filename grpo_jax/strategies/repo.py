@@ -292,7 +292,7 @@ def _check_repo_options(capacity, prompt_ids, max_cache_size,
                         advantage_mode, off_policy_coef) -> None:
   """`registry.OptionError` naming the first option out of range (a config
   error names ``groups.kwargs.<option>``)."""
-  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.data import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
   prompt_ids_lib.check_capacity(capacity)  # a slot per prompt
   prompt_ids_lib.check_mode(prompt_ids)
   registry.check_int("max_cache_size", max_cache_size, low=1,
@@ -367,7 +367,7 @@ def repo(draw, num_prompts, *, state: RepoCache, layout, step, key,
   recent_k; max_variance_k; all), before the round's G completions are
   appended to it (a step never replays itself). The replayed rows join
   the group's batch rows (`Selected.replay`; the step runs through
-  `grpo_jax.repo_rollout`: G + K rows per group, a fixed row count), with
+  `grpo_jax.rollout.repo`: G + K rows per group, a fixed row count), with
   their stored sampler log-probs as the behaviour policy mu and their
   advantages the estimator's, on the fresh and replayed rewards apart
   (``advantage_mode="split"``, the authors' default) or together
@@ -389,7 +389,7 @@ def repo(draw, num_prompts, *, state: RepoCache, layout, step, key,
     min_cache_to_replay: entries a prompt needs before it replays (16).
     num_replays: k (8).
     strategy: the retrieval (`REPO_STRATEGIES`).
-    advantage_mode, off_policy_coef: read by the step (`repo_rollout`).
+    advantage_mode, off_policy_coef: read by the step (`rollout.repo`).
 
   Returns:
     (Selected with ``replay`` a `ReplayRows` [P, K], new cache);
@@ -400,7 +400,7 @@ def repo(draw, num_prompts, *, state: RepoCache, layout, step, key,
     nor replay).
   """
   del capacity, max_cache_size, off_policy_coef  # the state's; the update's
-  from grpo_jax import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.data import prompt_ids as prompt_ids_lib  # pylint: disable=g-import-not-at-top
   rnd = draw(0)
   cache_slots, tracked = prompt_ids_lib.slots(
       rnd.prompt_index, state.rewards.shape[0], prompt_ids)

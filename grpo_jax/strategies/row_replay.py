@@ -20,7 +20,7 @@ total reward and the step that drew it. Each step:
           itself.
 
 The strategy (`replay`) draws the round and the R rows; the push needs the
-fresh rows' advantages, so the step path (`grpo_jax.replay_rollout`) does
+fresh rows' advantages, so the step path (`grpo_jax.rollout.replay`) does
 it with `push_rows`. All array functions are pure and jit-able.
 """
 
@@ -135,7 +135,7 @@ def replay(draw, num_prompts, *, state: buffer_lib.RolloutBuffer, layout,
     P_j ∝ |A_j| ** power     (A_j the stored advantage; A = 0: never)
 
   by Gumbel top-k with `key`. They ride along in ``Selected.replay`` (a
-  `ReplayDraw`); `grpo_jax.replay_rollout` appends them to the fresh rows
+  `ReplayDraw`); `grpo_jax.rollout.replay` appends them to the fresh rows
   with their stored advantages and behaviour log-probs, and pushes the
   fresh rows (advantage != 0) after this draw.
 

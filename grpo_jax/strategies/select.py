@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from grpo_jax import prompt_ids
+from grpo_jax.data import prompt_ids
 from grpo_jax.strategies._kit import SELECTIONS
 
 
@@ -63,7 +63,7 @@ def _check_floor(floor: float = 0.05) -> None:
                      "keeps a chance to be drawn).")
 
 
-# `needs` names what the estimator's state must hold (config.validate).
+# `needs` names what the estimator's state must hold (train.validate).
 @SELECTIONS.register(reads=("advantage",), needs=("alpha", "beta"),
                      check=_check_floor, without_replacement=True,
                      paper="SPO (seed 002 para. 7)",

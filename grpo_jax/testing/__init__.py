@@ -12,6 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# The `tiny` model's character-level tokenizer, re-exported for tests.
+from grpo_jax.models.presets import (  # pylint: disable=unused-import
+    TINY_CHAT_TEMPLATE, TINY_SPECIAL_TOKENS, tiny_tokenizer)
+
 # float32 tolerances used across the suite unless a test says otherwise.
 RTOL = 1e-5
 ATOL = 1e-6
@@ -59,32 +63,6 @@ def random_mask(key, shape, *, min_length=1):
 
 def numpy(x):
   return np.asarray(jax.device_get(x))
-
-
-# A character-level chat tokenizer, built offline: every printable ASCII
-# character is one token. Used by the `tiny` model option of the configs.
-TINY_SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
-TINY_CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant: {% endif %}")
-
-
-def tiny_tokenizer():
-  """A transformers tokenizer over single characters (100 ids, pad 0, eos 1)."""
-  import string  # pylint: disable=g-import-not-at-top
-  import tokenizers  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  chars = sorted(set(string.printable) - set("\x0b\x0c\r"))
-  vocab = {t: i for i, t in enumerate(list(TINY_SPECIAL_TOKENS) + chars)}
-  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
-      tokenizers.Regex(r"[\s\S]"), behavior="isolated")
-  tok.decoder = tokenizers.decoders.Fuse()
-  tokenizer = transformers.PreTrainedTokenizerFast(
-      tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-      unk_token="<unk>")
-  tokenizer.chat_template = TINY_CHAT_TEMPLATE
-  return tokenizer
 
 
 # Tiny decoder configs and checkpoints (grpo_jax.models). The RoPE theta is
@@ -309,7 +287,7 @@ def loss_gradient(run, objective, objective_state, params, minibatch,
   `options` go to `update.make_loss_functions` (corrections=,
   replay_coef=, ...)."""
   from grpo_jax import measures  # pylint: disable=g-import-not-at-top
-  from grpo_jax import update  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import update  # pylint: disable=g-import-not-at-top
   fns = update.make_loss_functions(
       model_config=run.model_config, objective=objective,
       chunk_size=run.config.train.chunk_size, **options)
@@ -344,18 +322,18 @@ def assert_scaled_reinforce_gradient(run, grads, minibatch, scale, *,
 def check_group_option_error(config, strategy: str, option: str, value,
                              match: str) -> None:
   """`config` (a group strategy's) with ``groups.kwargs.<option>`` set to
-  `value` fails `config.validate` naming ``config.groups.kwargs.<option>``
+  `value` fails `train.validate` naming ``config.groups.kwargs.<option>``
   and `match`, and the strategy's own build raises a
   `registry.OptionError` matching `match` keyed by `option`."""
   import re  # pylint: disable=g-import-not-at-top
-  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train  # pylint: disable=g-import-not-at-top
   from grpo_jax import registry  # pylint: disable=g-import-not-at-top
   from grpo_jax import rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   # A new dict: the ConfigDict would refuse a value of another type.
   config.groups.kwargs = dict(config.groups.kwargs, **{option: value})
   try:
-    config_lib.validate(config)
+    train.validate(config)
     raise AssertionError(f"groups.kwargs.{option}={value!r} validated")
   except ValueError as e:
     assert re.search(rf"^config\.groups\.kwargs\.{option}: {match}",
@@ -377,9 +355,9 @@ def check_a_larger_stage_state_is_refused(workdir, config, stage: str,
   the config `field` that sizes it (`train`'s restore hints for
   `config`); restoring it into its own size gives it back bit for bit."""
   import re  # pylint: disable=g-import-not-at-top
-  from grpo_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import optim  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import optim  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   optimizer = optim.make_optimizer(learning_rate=1e-3, warmup_steps=0,
                                    decay="constant", total_steps=4)
@@ -420,7 +398,7 @@ def check_resume_is_exact(config, workdir, *, crash_at: int = 2, run=None):
   bit, and each step is recorded once. `run` is ``train.build(config)``
   unless given. Returns (the straight run's state, its metric records)."""
   import os  # pylint: disable=g-import-not-at-top
-  from grpo_jax import metrics  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import metrics  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
   a, b = os.path.join(workdir, "a"), os.path.join(workdir, "b")
   run = train.build(config) if run is None else run

@@ -1,5 +1,5 @@
 """Fixtures of the budget-stage tests (`strategies.allocation`,
-`budget_rollout`): drawn rows made by hand and a six-problem task."""
+`rollout.budgets`): drawn rows made by hand and a six-problem task."""
 
 import collections
 

@@ -67,14 +67,14 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
   Returns:
     (the mean reward of each step, the list of `on_step` results).
   """
-  from grpo_jax import batch as batch_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import batch as batch_lib  # pylint: disable=g-import-not-at-top
   from grpo_jax import measures  # pylint: disable=g-import-not-at-top
   from grpo_jax import models  # pylint: disable=g-import-not-at-top
   from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import optim  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import optim  # pylint: disable=g-import-not-at-top
   from grpo_jax import sampling  # pylint: disable=g-import-not-at-top
   from grpo_jax import train  # pylint: disable=g-import-not-at-top
-  from grpo_jax import update as update_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax.train import update as update_lib  # pylint: disable=g-import-not-at-top
   config = model_config()
   group_data = group_data or sampled_groups
   if objective is None:

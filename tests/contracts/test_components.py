@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import checkpoint
+from grpo_jax.runtime import checkpoint
 from grpo_jax import kl
 from grpo_jax import objectives
 from grpo_jax import rewards
@@ -94,7 +94,7 @@ def test_shaper_gives_one_finite_float_per_completion(name, options):
     column = shaper(lengths, **arrays)
     assert column.shape == lengths.shape and column.dtype == np.float32
     assert np.all(np.isfinite(column))
-    # Within the range it declares (config.validate trusts it).
+    # Within the range it declares (train.validate trusts it).
     lo, hi = rewards.shaper_range(name, **options)
     assert np.all((lo <= column) & (column <= hi)), (column, lo, hi)
     arrays.pop("state", None)

@@ -14,7 +14,7 @@ import pytest
 
 from configs import quickstart
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import groups
 from grpo_jax import registry
 from grpo_jax.testing import estimator_laws as laws
@@ -188,7 +188,7 @@ def test_bad_option_values_fail_at_validation_naming_the_field(
     name, options, key, match):
   """The estimator's metadata ``check`` refuses the value before any
   compute: `advantages.make` with an `OptionError` naming the option, and
-  `config.validate` as ``config.advantage.kwargs.<option>: ...``, with the
+  `train.validate` as ``config.advantage.kwargs.<option>: ...``, with the
   values to set."""
   with pytest.raises(registry.OptionError, match=match) as error:
     advantages.make(name, **options)
@@ -200,7 +200,7 @@ def test_bad_option_values_fail_at_validation_naming_the_field(
   config.advantage.name, config.advantage.kwargs = name, options
   with pytest.raises(ValueError, match=rf"^config\.advantage\.kwargs\.{key}: "
                      + match):
-    config_lib.validate(config)
+    train_lib.validate(config)
 
 
 def test_every_estimator_with_options_checks_their_values():

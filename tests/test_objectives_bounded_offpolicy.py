@@ -1,4 +1,4 @@
-"""Objectives of issue 14: CE-GPPO, DPPO, decoupled PPO (and its IS-weight
+"""Bounded and off-policy objectives: CE-GPPO, DPPO, decoupled PPO (and its IS-weight
 records), F-TIS, SPO (the cfpo alias), LUSPO, VESPO, ppo_clip's delta, the
 LLDS regulariser and its config; token weights on GSPO, GMPO, GSPO-token,
 LUSPO and VESPO; options that name an array the trainer passes.
@@ -24,7 +24,7 @@ from grpo_jax import measures
 from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax import train
-from grpo_jax import update as update_lib
+from grpo_jax.train import update as update_lib
 from grpo_jax.objectives import corrections
 from grpo_jax.objectives import divergence
 from grpo_jax.objectives import regularisers
@@ -636,7 +636,7 @@ def test_llds_config_fields_default_off_and_are_checked():
   with pytest.raises(ValueError, match=(
       r"config\.llds\.coef: 0\.2 is set but each batch feeds one optimiser "
       r"step.*num_minibatches=4")):
-    config_lib.validate(on_policy)
+    train.validate(on_policy)
 
 
 def test_the_llds_config_acts_in_a_real_off_policy_step():

@@ -1,4 +1,5 @@
-"""Shared config pieces and `validate`; every variant file starts from here.
+"""Shared config pieces and the field checks; every variant file starts
+from here.
 
 A config is an ml_collections ConfigDict; every field has a concrete default
 (no None) so that any field can be overridden on the command line with
@@ -15,10 +16,9 @@ import os
 
 import ml_collections
 
-from grpo_jax import arithmetic
-from grpo_jax import config_errors
+from grpo_jax.data import arithmetic
+from grpo_jax.config import errors as config_errors
 from grpo_jax import data
-from grpo_jax import stage_checks
 
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
@@ -41,7 +41,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.dtype = "float32"
   # Gradient checkpointing: the update recomputes each layer's activations
   # in its backward pass instead of keeping them (less memory, one more
-  # forward pass; README, "Gradient checkpointing").
+  # forward pass; docs/real-models.md, "Gradient checkpointing").
   c.model.remat = False
 
   # Low-rank adapters (models.lora): rank 0 trains every weight; rank r > 0
@@ -87,7 +87,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   # their tempered log-probs ([N, T, K]; DPPO's top-K forms read them).
   # 0 = off (nothing recorded or compiled). At most the vocabulary size.
   c.rollout.record_topk = 0
-  # HAPO's entropy-adaptive sampler (grpo_jax.entropy_norm): tau > 0 draws
+  # HAPO's entropy-adaptive sampler (grpo_jax.sampling.entropy_norm): tau > 0 draws
   # token t at T (1 + tau clip(h_hat_t, -1, 1)), h_hat its entropy
   # normalised by the previous step's batch statistics, and the trainer
   # scores each token at the temperature it was drawn at; 0 = off (the
@@ -236,7 +236,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.metrics.tensorboard = True
   c.metrics.plot = True
 
-  # grpo_jax.sharding: (data, fsdp, tensor) sizes, -1 = the rest of the
+  # grpo_jax.runtime.sharding: (data, fsdp, tensor) sizes, -1 = the rest of the
   # devices; a product that divides the device count uses the first devices.
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = (1, -1, 1)
@@ -333,8 +333,8 @@ def finalize(c: ml_collections.ConfigDict, arg=None
   raise ValueError(f"config argument {arg!r} is unknown; use 'tiny' or none.")
 
 
-# The error helpers shared by every check module (`config_errors`); the
-# checks across stages live in `stage_checks`, called from `validate`.
+# The error helpers shared by every check module (`config.errors`); the
+# checks across stages live in `rollout.checks`.
 _fail = config_errors.fail
 _check_choice = config_errors.check_choice
 _check_component = config_errors.check_component
@@ -371,17 +371,15 @@ def check_files(c) -> None:
           "'smollm2-135m-instruct', 'tiny' or a hub id 'org/name'")
 
 
-def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Raises ValueError naming the field and the fix; returns `c` if valid.
-
-  Called before any model is loaded or any function compiled.
+def check_fields(c: ml_collections.ConfigDict) -> None:
+  """Raises ValueError ``config.<field>: problem; fix.`` for a field that is
+  bad on its own or against plain fields beside it. The stages' options
+  and what one stage needs of another are `rollout.checks.check_stages`'s;
+  `train.validate` runs both before any compute.
   """
   # Late imports: configs stay importable without jax until validation.
-  from grpo_jax import advantages, kl, objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import checkpoint, rewards, rollout  # pylint: disable=g-import-not-at-top
-  from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
-  from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
-  from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import kl, rewards  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from grpo_jax.objectives import regularisers  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
@@ -468,49 +466,14 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive(c, "rewards.timeout_s")
   _positive(c, "rewards.deadline_s")
   # Each shaper's options and reads (`rewards.check_shapers`); its table
-  # against the task's ids: `prompt_ids.check_config`, in the stage checks.
+  # against the task's ids: `rollout.checks.check_prompt_ids`, in the stage checks.
   rewards.check_shapers(
       c.rewards.shapers, functions=tuple(c.rewards.functions),
       weights=tuple(c.rewards.weights), max_new_tokens=r.max_new_tokens)
 
-  # The reward columns: the functions', then the shapers'.
-  columns = tuple(c.rewards.functions) + tuple(c.rewards.shapers)
-  stage_checks.check_sampling_stages(c, columns)
-
-  _check_choice("advantage.name", c.advantage.name, advantages.names())
-  _check_component("advantage.kwargs", advantages.make, c.advantage.name,
-                   c.advantage.kwargs)
-  stage_checks.check_member_filter(c, advantages, columns)
-  stage_checks.check_estimator_inputs(c, advantages, columns)
-  stage_checks.check_estimator_sizes(c, advantages)
-  stage_checks.check_tracker_stages(c, advantages)
-  stage_checks.check_resampled_stages(c, advantages)
-  budget_rollout.check_config(c)  # the budget stage and what it carries
-
-  _check_choice("objective.name", c.objective.name, objectives.names())
-  # The objective checks its own options (names, then values).
-  kwargs = dict(c.objective.kwargs)
-  objectives.check_options(c.objective.name, kwargs, field="config.objective.kwargs")
-  try:
-    objective = objectives.make(c.objective.name, **kwargs)
-  except ValueError as e:
-    _fail("objective.kwargs", str(e).rstrip("."),
-          f"e.g. --config.objective.kwargs.horizon={r.max_new_tokens} for "
-          "a constant normaliser")
-  stage_checks.check_corrections(c, objective)
-  stage_checks.check_credit(c, objective, advantages)
-  stage_checks.check_replay_stages(c, objective, advantages)
-  repo_rollout.check_config(c, objective)  # RePO's G + K rows per group
-  replay_rollout.check_config(c, objective)  # row replay's R stored rows
-  stage_checks.check_objective_inputs(c, objective)
   _positive(c, "entropy.coef", allow_zero=True)
   _positive(c, "llds.coef", allow_zero=True)
   _check_choice("llds.gate", c.llds.gate, regularisers.LLDS_GATES)
-  if c.llds.coef > 0 and rollout.is_on_policy(c):
-    _fail("llds.coef", f"{c.llds.coef!r} is set but each batch feeds one "
-          "optimiser step, where logp = old_logp and the penalty is 0",
-          "train off policy (e.g. --config.train.num_minibatches=4), or set "
-          "llds.coef=0")
 
   _positive(c, "kl.beta", allow_zero=True)
   _positive(c, "kl.beta_neg", allow_zero=True)
@@ -539,7 +502,6 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not 0.0 < c.data.heldout_fraction < 1.0:
     _fail("data.heldout_fraction", f"{c.data.heldout_fraction!r} is not in (0, 1)",
           "hold out a share such as 0.2")
-  stage_checks.check_row_split(c)
 
   _positive(c, "checkpoint.every")
   _positive(c, "checkpoint.max_to_keep")
@@ -560,4 +522,3 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if len(c.mesh.shape) != len(c.mesh.axis_names):
     _fail("mesh.shape", f"{c.mesh.shape} does not match axis_names "
           f"{c.mesh.axis_names}", "give one size per axis")
-  return c

@@ -9,7 +9,7 @@ picked groups (`gather`), the groups refilled from a buffer
 (`replayed_groups`), a round as the shapers' state updates read it
 (`shape_data`) and the arrays a credit rule reads (`credit_reads`).
 
-`rollout` and `rollout_measures` import this module; it imports neither.
+`rollout` and `rollout.measures` import this module; it imports neither.
 """
 
 import numpy as np

@@ -54,7 +54,7 @@ def hint_examples(examples: Sequence[data.Example], omegas, *, task,
 
   Raises:
     ValueError: an example to hint has no worked solution (the task gives
-      none; config.validate refuses such tasks for GHPO up front).
+      none; train.validate refuses such tasks for GHPO up front).
   """
   omegas = np.asarray(omegas, np.float64)
   if omegas.shape != (len(examples),):

@@ -1,6 +1,6 @@
 """Config checks shared by the step paths whose rows are not P x G groups
-of the plain pipeline: ragged groups (`budget_rollout`), RePO's G + K rows
-(`repo_rollout`) and replayed rows (`replay_rollout`).
+of the plain pipeline: ragged groups (`rollout.budgets`), RePO's G + K rows
+(`rollout.repo`) and replayed rows (`rollout.replay`).
 
 Each path fills only some of the group data and carries none of the stages
 that read a round's own fields; these checks refuse the rest before any
@@ -8,7 +8,7 @@ compute, naming the field and the fix (``why`` says which path refuses).
 """
 
 from grpo_jax import advantages
-from grpo_jax import config_errors
+from grpo_jax.config import errors as config_errors
 from grpo_jax import credit
 from grpo_jax import objectives
 from grpo_jax import strategies

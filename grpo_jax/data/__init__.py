@@ -38,8 +38,8 @@ from typing import (List, NamedTuple, Optional, Protocol, Sequence, Tuple,
 
 import numpy as np
 
-from grpo_jax import prompt_ids
-from grpo_jax import records
+from grpo_jax.data import prompt_ids
+from grpo_jax.data import records
 from grpo_jax import registry
 
 _text = records.text
@@ -136,7 +136,7 @@ class ListDataset:
       self.train_examples = [example._replace(index=i)
                              for i, example in enumerate(train_examples)]
     # id -> example; with repeated ids (a JSONL file's) the first wins, and
-    # config.validate refuses them where a stage keys state on the id.
+    # train.validate refuses them where a stage keys state on the id.
     self._by_id = {}
     for example in self.train_examples:
       self._by_id.setdefault(example.index, example)
@@ -311,7 +311,7 @@ def arithmetic_task(*, seed: int = 0, digits: int = 1,
                     ops: Sequence[str] = ("+",), operands: int = 2,
                     heldout_fraction: float = 0.2):
   """The embedded arithmetic task (`arithmetic.ArithmeticTask`), offline."""
-  from grpo_jax import arithmetic  # pylint: disable=g-import-not-at-top
+  from grpo_jax.data import arithmetic  # pylint: disable=g-import-not-at-top
   return arithmetic.ArithmeticTask(
       digits=digits, ops=tuple(ops), operands=operands, seed=seed,
       heldout_fraction=heldout_fraction)
@@ -324,7 +324,7 @@ def segments_task(*, seed: int = 0, digits: int = 1,
   """Multi-part arithmetic, one boxed answer per part
   (`arithmetic.SegmentTask`): the task with per-segment rewards (SD-GRPO),
   offline."""
-  from grpo_jax import arithmetic  # pylint: disable=g-import-not-at-top
+  from grpo_jax.data import arithmetic  # pylint: disable=g-import-not-at-top
   return arithmetic.SegmentTask(
       digits=digits, ops=tuple(ops), max_segments=max_segments, seed=seed,
       heldout_fraction=heldout_fraction, box_reward=box_reward)

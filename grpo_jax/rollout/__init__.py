@@ -1,7 +1,7 @@
 """One step's batch as a pipeline of stages (orchestration only).
 
 Each stage is a component built once from the config
-(`rollout_build.make_components`) and called here in order; what a stage
+(`rollout.build.make_components`) and called here in order; what a stage
 computes lives in its own package:
 
   select    prompts of a sampling round          strategies.select
@@ -25,10 +25,10 @@ of step s samples with ``fold_in(key, r)`` (the caller folds in the step)
 and reads prompt index ``s * rounds_per_step + r``, so a resumed run
 continues exactly.
 
-Beside it: `rollout_build` (the components, `from_config`),
-`rollout_fields` (what the stages read of the rounds), `rollout_measures`
+Beside it: `rollout.build` (the components, `from_config`),
+`rollout.fields` (what the stages read of the rounds), `rollout.measures`
 (the step's measurements), and the steps whose rows are not P x G groups
-(`budget_rollout`, `repo_rollout`, `replay_rollout`).
+(`rollout.budgets`, `rollout.repo`, `rollout.replay`).
 
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
@@ -56,16 +56,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import credit as credit_lib
-from grpo_jax import entropy_norm
+from grpo_jax.sampling import entropy_norm
 from grpo_jax import groups as groups_lib
 from grpo_jax import models
-from grpo_jax import references as references_lib
-from grpo_jax import revisits as revisits_lib
+from grpo_jax.rollout import references as references_lib
+from grpo_jax.rollout import revisits as revisits_lib
 from grpo_jax import rewards as rewards_lib
-from grpo_jax import rollout_fields as fields_lib
-from grpo_jax import rollout_measures
+from grpo_jax.rollout import fields as fields_lib
+from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import strategies
 from grpo_jax.rewards import shaping as shaping_lib
 
@@ -121,7 +121,7 @@ _GROUPS_KEY = 0x9A0
 # Folded into step 0's key for an estimator's offline pass (SPO's
 # offline_init); its sampler calls use fold_in(that key, call number).
 _OFFLINE_KEY = 0x0FF1
-# The GroupData fields `rollout_fields.segments` fills, for an estimator
+# The GroupData fields `rollout.fields.segments` fills, for an estimator
 # that reads them.
 SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
 # The Round (and Batch) fields of the sampler's top-K, when recorded.
@@ -146,7 +146,7 @@ class Sampler(NamedTuple):
 
 
 class Pipeline(NamedTuple):
-  """Everything `generate` needs, bound once by `rollout_build.from_config`.
+  """Everything `generate` needs, bound once by `rollout.build.from_config`.
 
   Attributes:
     num_prompts: P, the groups of a batch.
@@ -408,17 +408,17 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   """
   c, states = pipeline.components, dict(states)
   if "budget" in c and c["budget"].active:  # ragged groups in N rows
-    from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
     return budget_rollout.generate(params, ref_params, step, key, states,
                                    pipeline=pipeline)
   if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
       "extra_rows"):  # RePO: G + K rows per group
-    from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
+    from grpo_jax.rollout import repo as repo_rollout  # pylint: disable=g-import-not-at-top
     return repo_rollout.generate(params, ref_params, step, key, states,
                                  pipeline=pipeline)
   if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
       "replay_rows"):  # row replay: P * G fresh + R stored rows
-    from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
+    from grpo_jax.rollout import replay as replay_rollout  # pylint: disable=g-import-not-at-top
     return replay_rollout.generate(params, ref_params, step, key, states,
                                    pipeline=pipeline)
   p, g = pipeline.num_prompts, pipeline.sampler.num_generations
@@ -428,7 +428,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     # SPO's offline init: the state from n samples of every training
     # problem under the initial policy, before step 0 draws by it. Step 0
     # is the flag: a resumed run starts after its checkpoint's step >= 1.
-    from grpo_jax import budget_rollout  # pylint: disable=g-import-not-at-top
+    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
     states["advantage"], offline_measures = c["advantage"].offline(
         states["advantage"], budget_rollout.profile_fn(
             params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
@@ -579,7 +579,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
 
 
 # --------------------------------------------------------- from a config
-# Read by validation and the planner, which build nothing (`rollout_build`).
+# Read by validation and the planner, which build nothing (`rollout.build`).
 
 
 def group_layout(config) -> strategies.GroupLayout:

@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import prompt_ids as prompt_ids_lib
+from grpo_jax.data import prompt_ids as prompt_ids_lib
 
 
 class Revisits(NamedTuple):

@@ -5,8 +5,8 @@ credit rule from the objective; the train split from the rows a group
 strategy adds), each refused before any compute with ``config.<field>:
 problem; fix.``.
 
-`config.validate` is the single entry point and calls them in order;
-`config` keeps the checks of single fields and `path_checks` those of the
+`train.validate` is the single entry point and calls them in order;
+`config` keeps the checks of single fields and `rollout.path_checks` those of the
 step paths whose rows are not P x G groups. Apart because each reads
 several registries' metadata (imported late: configs stay importable
 without jax) and they grow with every stage.
@@ -14,12 +14,13 @@ without jax) and they grow with every stage.
 
 import functools
 import inspect
+from typing import Sequence
 
 import ml_collections
 
-from grpo_jax import config_errors
+from grpo_jax.config import errors as config_errors
 from grpo_jax import data
-from grpo_jax import prompt_ids
+from grpo_jax.data import prompt_ids
 
 _fail = config_errors.fail
 _check_choice = config_errors.check_choice
@@ -123,7 +124,7 @@ def check_estimator_sizes(c, advantages) -> None:
   questions (``bundle_size``, RiskPO) split the P prompts; an offline
   initialisation (SPO's ``offline_init``) looks each training problem up by
   its index. (Option values alone: the estimator's ``check``, run by
-  `advantages.make` in `config.validate`.)"""
+  `advantages.make` in `train.validate`.)"""
   name = c.advantage.name
   spec = advantages.meta(name)["state"]
   fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
@@ -142,7 +143,7 @@ def check_estimator_sizes(c, advantages) -> None:
             "problem)", "use data.task='arithmetic', 'gsm8k' or 'jsonl', "
             "or offline_init=0")
   # A per-prompt table (``capacity``) against the task's ids: in
-  # `check_tracker_stages` (`prompt_ids.check_config`).
+  # `check_tracker_stages` (`check_prompt_ids`).
 
 
 def _check_no_sampler_records(c, top_k: str, temperatures: str) -> None:
@@ -192,7 +193,7 @@ def check_tracker_stages(c, advantages) -> None:
   # Per-prompt tables against the task's ids (exact or hashed, by each
   # entry's ``prompt_ids`` metadata), distinct ids where a stage keys on
   # them, and enough problems for a draw without replacement; any task.
-  prompt_ids.check_config(c, by_id=[
+  check_prompt_ids(c, by_id=[
       f"{stage} {name!r}" for stage, name, used in (
           ("select", c.select.name, by_state),
           ("groups", c.groups.name, references)) if used])
@@ -369,13 +370,10 @@ def check_row_split(c) -> None:
   microbatches (whole for an objective that draws over the minibatch,
   Clip-Cov's) and log-prob batches."""
   from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  from grpo_jax import replay_rollout  # pylint: disable=g-import-not-at-top
-  from grpo_jax import repo_rollout  # pylint: disable=g-import-not-at-top
-  r, t = c.rollout, c.train
-  # RePO's groups carry K replay rows beside their G members.
-  extra = repo_rollout.extra_rows(c)
-  replayed = replay_rollout.replay_rows(c)  # row replay's R stored rows
-  rows = r.num_prompts * (r.num_generations + extra) + replayed
+  from grpo_jax.rollout import layout  # pylint: disable=g-import-not-at-top
+  t = c.train
+  step = layout.step_rows(c)
+  extra, replayed, rows = step.extra_per_group, step.replayed, step.total
   if rows % t.num_minibatches:
     _fail("train.num_minibatches",
           f"{t.num_minibatches} does not divide the N={rows} rows of a step "
@@ -403,3 +401,147 @@ def check_row_split(c) -> None:
     _fail("train.logprob_batch_size",
           f"{t.logprob_batch_size} does not divide the N={rows} rows",
           "choose a divisor of N, or 0 for all rows")
+
+
+# ------------------------------------------ per-prompt tables and ids
+
+
+def _tables(c) -> list:
+  """The config's per-prompt tables, by the registries' ``prompt_ids``
+  metadata (a mode, or a function of the entry's options giving one)."""
+    
+  def declared(meta, options):
+    mode = meta.get("prompt_ids")
+    return mode(**options) if callable(mode) else mode
+
+  def capacity(init, options):
+    default = inspect.signature(init).parameters["capacity"].default
+    return int(options.get("capacity", default))
+
+  from grpo_jax import advantages  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rewards import shapers as shapers_lib  # pylint: disable=g-import-not-at-top
+  tables = []
+  name, options = c.advantage.name, dict(c.advantage.kwargs)
+  entry = advantages.ESTIMATORS.entry(name)
+  mode = declared(entry.meta, options)
+  if mode:
+    tables.append(prompt_ids.Table("advantage.kwargs.capacity",
+                        capacity(entry.meta["state"].init, options), mode,
+                        f"estimator {name!r}"))
+  for name, options in c.rewards.shapers.items():
+    options = {k: v for k, v in dict(options).items() if k != "weight"}
+    entry = shapers_lib.SHAPERS.entry(name)
+    mode = declared(entry.meta, options)
+    if mode:
+      tables.append(prompt_ids.Table(f"rewards.shapers.{name}.capacity",
+                          capacity(entry.meta["state"].init, options), mode,
+                          f"shaper {name!r}"))
+  tables += _budget_tables(c, declared, capacity)
+  return tables
+
+
+def _budget_tables(c, declared, capacity) -> list:
+  """The budget stage's table (Knapsack-RL's tracker, sGPO's profile); an
+  unknown name or bad options are left to `budgets.check_config`,
+  which names the field."""
+  from grpo_jax.strategies import allocation  # pylint: disable=g-import-not-at-top
+  budget = c.get("budget")
+  if budget is None or budget.name not in allocation.BUDGETS:
+    return []
+  entry = allocation.BUDGETS.entry(budget.name)
+  options = dict(budget.kwargs)
+  try:
+    mode = declared(entry.meta, options)
+    if not mode:
+      return []
+    size = capacity(entry.meta["state"], options)
+  except (TypeError, ValueError):
+    return []
+  return [prompt_ids.Table("budget.kwargs.capacity", size, mode,
+                f"budget {budget.name!r}")]
+
+
+def check_prompt_ids(c, *, by_id: Sequence[str] = ()) -> None:
+  """The prompt-id checks of `train.validate`, before any compute: each
+  per-prompt table holds the task's training ids (or hashes them), the ids
+  are distinct where a table or a lookup by id (`by_id`: the stages that
+  look problems up, for the message) needs them, and a draw without
+  replacement (``without_replacement`` selection metadata) has
+  ``rollout.num_prompts`` problems to draw."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  tables = _tables(c)
+  select = strategies.SELECTIONS.entry(c.select.name).meta
+  draws = bool(select.get("without_replacement"))
+  users = [t.component for t in tables] + list(by_id)
+  if not users and not draws:
+    return
+  try:
+    ids = prompt_ids.id_space(c.data, seed=c.seed)
+  except ValueError as e:  # a JSONL file's line, key or id: name the field
+    field = "data.path" if c.data.task == "jsonl" else "data.task"
+    raise ValueError(f"config.{field}: {e}") from None
+  if ids is None:
+    return
+  if users and ids.duplicates:
+    shown = ", ".join(map(str, ids.duplicates[:5]))
+    raise ValueError(
+        f"config.data.path: {c.data.path} repeats the {prompt_ids.ID_KEY!r} field "
+        f"({len(ids.duplicates)} ids, e.g. {shown}), but "
+        f"{', '.join(users)} key per-prompt state on it; give every record "
+        f"a distinct {prompt_ids.ID_KEY!r}, or drop the field (the record index is then "
+        "the id).")
+  for table in tables:
+    prompt_ids.check_table(table, ids)
+  if draws and c.rollout.num_prompts > ids.count:
+    raise ValueError(
+        f"config.rollout.num_prompts: {c.rollout.num_prompts} exceeds the "
+        f"{ids.count} training problems {c.select.name!r} draws from "
+        f"without replacement ({ids.source}); set rollout.num_prompts <= "
+        f"{ids.count}.")
+
+
+# --------------------------------------------------------- every stage
+
+
+def check_stages(c) -> None:
+  """The stages' options and what each needs of the others, in pipeline
+  order, after `config.check_fields` (`train.validate` runs both)."""
+  from grpo_jax import advantages, objectives, rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import budgets, replay, repo  # pylint: disable=g-import-not-at-top
+  # The reward columns: the functions', then the shapers'.
+  columns = tuple(c.rewards.functions) + tuple(c.rewards.shapers)
+  check_sampling_stages(c, columns)
+
+  _check_choice("advantage.name", c.advantage.name, advantages.names())
+  _check_component("advantage.kwargs", advantages.make, c.advantage.name,
+                   c.advantage.kwargs)
+  check_member_filter(c, advantages, columns)
+  check_estimator_inputs(c, advantages, columns)
+  check_estimator_sizes(c, advantages)
+  check_tracker_stages(c, advantages)
+  check_resampled_stages(c, advantages)
+  budgets.check_config(c)  # the budget stage and what it carries
+
+  _check_choice("objective.name", c.objective.name, objectives.names())
+  # The objective checks its own options (names, then values).
+  kwargs = dict(c.objective.kwargs)
+  objectives.check_options(c.objective.name, kwargs, field="config.objective.kwargs")
+  try:
+    objective = objectives.make(c.objective.name, **kwargs)
+  except ValueError as e:
+    _fail("objective.kwargs", str(e).rstrip("."),
+          f"e.g. --config.objective.kwargs.horizon={c.rollout.max_new_tokens} for "
+          "a constant normaliser")
+  check_corrections(c, objective)
+  check_credit(c, objective, advantages)
+  check_replay_stages(c, objective, advantages)
+  repo.check_config(c, objective)  # RePO's G + K rows per group
+  replay.check_config(c, objective)  # row replay's R stored rows
+  check_objective_inputs(c, objective)
+  if c.llds.coef > 0 and rollout.is_on_policy(c):
+    _fail("llds.coef", f"{c.llds.coef!r} is set but each batch feeds one "
+          "optimiser step, where logp = old_logp and the penalty is 0",
+          "train off policy (e.g. --config.train.num_minibatches=4), or set "
+          "llds.coef=0")
+
+  check_row_split(c)

@@ -69,11 +69,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import decoding
-from grpo_jax import draw
-from grpo_jax import entropy_norm
+from grpo_jax.sampling import decoding
+from grpo_jax.sampling import draw
+from grpo_jax.sampling import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax.models import lora
 
 # Steps of 1.5x and 2x: a prompt pads by at most a third (a prefill costs

@@ -4,13 +4,14 @@ the config it saved, its policy, its whole state (`train` writes them).
 
 import functools
 import json
+from typing import Optional
 
 import jax
 import ml_collections
 
-from grpo_jax import checkpoint as checkpoint_lib
+from grpo_jax.runtime import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax import train
 from grpo_jax.models import lora
 
@@ -66,3 +67,16 @@ def restore(workdir: str, template: train.TrainState, *, step=None):
     return checkpointer.restore(template, step, initial=train.INITIAL_STATES)
   finally:
     checkpointer.close()
+
+
+def policy_to_evaluate(config, checkpoint: Optional[str] = None):
+  """(model_config, params, tokenizer, step): the config's base model as
+  training loads it (`train.load_policy`: revision, dtype), or with
+  `checkpoint` (a training workdir) the policy of its latest checkpoint
+  (`restore_policy`, which reads the run's own config)."""
+  if checkpoint:
+    _, model_config, params, tokenizer, step = restore_policy(checkpoint)
+    return model_config, params, tokenizer, int(step)
+  model_config, params, frozen, tokenizer = train.load_policy(config)
+  # A LoRA config's base model is its frozen params (no adapters yet).
+  return model_config, params if frozen is None else frozen, tokenizer, 0

@@ -13,7 +13,7 @@ token) and scores the real ones. Then, on the N rows:
             estimator must honour members (grpo, dr_grpo, rloo: the
             statistics over the real members only), and its [P, G_max]
             advantages are gathered back to the rows (`ragged.gather_rows`)
-  credit    identity rules only (config.validate)
+  credit    identity rules only (train.validate)
   rows      the row strategy on the N rows
   assemble  `batch.assemble_batch` with one prompt per row (P = N, G = 1)
 
@@ -24,7 +24,7 @@ Padding rows have an empty loss mask, advantage 0, and enter no statistic;
 the update's shared-prompt forward is off (`train.build`: rows of a block
 no longer share a prompt).
 
-What this path does not carry (config.validate refuses each, naming the
+What this path does not carry (train.validate refuses each, naming the
 field): group strategies other than ``all_groups``, member filters, reward
 shapers, per-member temperatures, ReMax's greedy row, answer ids, segment
 fields, SPO's revisits, HAPO's adaptive temperatures and entropy_hat, the
@@ -37,13 +37,13 @@ import jax
 import numpy as np
 
 from grpo_jax import groups as groups_lib
-from grpo_jax import profiling
+from grpo_jax.data import profiling
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import rollout as rollout_lib
-from grpo_jax import rollout_fields
-from grpo_jax import rollout_measures
+from grpo_jax.rollout import fields as rollout_fields
+from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import sampling
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax.strategies import ragged
 
 # Folded into the step's key for the profiling pass (sGPO, at its first
@@ -211,7 +211,7 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
 def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
                   num_prompts: int, sampled=(), per_reward: bool = False
                   ) -> dict:
-  """The step's measurements, `rollout_measures.describe`'s names defined
+  """The step's measurements, `rollout.measures.describe`'s names defined
   alike.
 
   Rewards, lengths, truncation and ``advantage/collapse_rate`` describe
@@ -220,7 +220,7 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
   pilots included), as the fixed path describes its plain sample; a row
   mean weights a prompt by the rows it drew. The advantage figures and
   ``rollout/nonzero_gradient_share``
-  (`rollout_measures.nonzero_gradient_share`)
+  (`rollout.measures.nonzero_gradient_share`)
   are over the trained real rows of `rows`; ``budget/reward/*`` and
   ``budget/collapse_rate`` are those rows' and groups' view."""
   group = np.asarray(rows.group)
@@ -292,8 +292,9 @@ def check_config(c) -> None:
   """ValueError ``config.<field>: problem; fix.`` unless `c`'s budget stage
   (config.budget) can run: its options fit the N rows, and every other
   stage is one this path carries (see the module doc). Called by
-  `config.validate` before any compute."""
-  from grpo_jax import advantages, path_checks, strategies  # pylint: disable=g-import-not-at-top
+  `train.validate` before any compute."""
+  from grpo_jax import advantages, strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import path_checks  # pylint: disable=g-import-not-at-top
   fail = path_checks.fail
 
   b, r = c.budget, c.rollout
@@ -335,8 +336,8 @@ def check_config(c) -> None:
          "reward", f"choose one of {', '.join(columns)}, or '' for "
          f"{columns[0]!r}")
   # budget.kwargs.capacity against the task's ids (any task, exact or
-  # hashed): `prompt_ids.check_config`, from
-  # `stage_checks.check_tracker_stages`.
+  # hashed): `checks.check_prompt_ids`, from
+  # `rollout.checks.check_tracker_stages`.
   if c.data.task == "segments":
     fail("data.task", f"'segments' cannot look a problem up by its index "
          f"({why})", "use data.task='arithmetic', 'gsm8k' or 'jsonl'")

@@ -176,62 +176,6 @@ class Table(NamedTuple):
   component: str  # e.g. "estimator 'spo'"
 
 
-def _tables(c) -> list:
-  """The config's per-prompt tables, by the registries' ``prompt_ids``
-  metadata (a mode, or a function of the entry's options giving one)."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from grpo_jax import advantages  # pylint: disable=g-import-not-at-top
-  from grpo_jax.rewards.shapers import SHAPERS  # pylint: disable=g-import-not-at-top
-
-  def declared(meta, options):
-    mode = meta.get("prompt_ids")
-    return mode(**options) if callable(mode) else mode
-
-  def capacity(init, options):
-    default = inspect.signature(init).parameters["capacity"].default
-    return int(options.get("capacity", default))
-
-  tables = []
-  name, options = c.advantage.name, dict(c.advantage.kwargs)
-  entry = advantages.ESTIMATORS.entry(name)
-  mode = declared(entry.meta, options)
-  if mode:
-    tables.append(Table("advantage.kwargs.capacity",
-                        capacity(entry.meta["state"].init, options), mode,
-                        f"estimator {name!r}"))
-  for name, options in c.rewards.shapers.items():
-    options = {k: v for k, v in dict(options).items() if k != "weight"}
-    entry = SHAPERS.entry(name)
-    mode = declared(entry.meta, options)
-    if mode:
-      tables.append(Table(f"rewards.shapers.{name}.capacity",
-                          capacity(entry.meta["state"].init, options), mode,
-                          f"shaper {name!r}"))
-  tables += _budget_tables(c, declared, capacity)
-  return tables
-
-
-def _budget_tables(c, declared, capacity) -> list:
-  """The budget stage's table (Knapsack-RL's tracker, sGPO's profile); an
-  unknown name or bad options are left to `budget_rollout.check_config`,
-  which names the field."""
-  from grpo_jax.strategies import allocation  # pylint: disable=g-import-not-at-top
-  budget = c.get("budget")
-  if budget is None or budget.name not in allocation.BUDGETS:
-    return []
-  entry = allocation.BUDGETS.entry(budget.name)
-  options = dict(budget.kwargs)
-  try:
-    mode = declared(entry.meta, options)
-    if not mode:
-      return []
-    size = capacity(entry.meta["state"], options)
-  except (TypeError, ValueError):
-    return []
-  return [Table("budget.kwargs.capacity", size, mode,
-                f"budget {budget.name!r}")]
-
-
 def check_table(table: Table, ids: IdSpace) -> None:
   """ValueError ``config.<capacity field>: ...; fix.`` when an exact table
   cannot hold every training id."""
@@ -244,45 +188,6 @@ def check_table(table: Table, ids: IdSpace) -> None:
         "slot per data.Example.index, prompt_ids='exact'); set "
         f"--config.{table.field}={ids.bound} or more, or "
         f"--config.{mode_field}=hash to fold the ids into the table.")
-
-
-def check_config(c, *, by_id: Sequence[str] = ()) -> None:
-  """The prompt-id checks of `config.validate`, before any compute: each
-  per-prompt table holds the task's training ids (or hashes them), the ids
-  are distinct where a table or a lookup by id (`by_id`: the stages that
-  look problems up, for the message) needs them, and a draw without
-  replacement (``without_replacement`` selection metadata) has
-  ``rollout.num_prompts`` problems to draw."""
-  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
-  tables = _tables(c)
-  select = strategies.SELECTIONS.entry(c.select.name).meta
-  draws = bool(select.get("without_replacement"))
-  users = [t.component for t in tables] + list(by_id)
-  if not users and not draws:
-    return
-  try:
-    ids = id_space(c.data, seed=c.seed)
-  except ValueError as e:  # a JSONL file's line, key or id: name the field
-    field = "data.path" if c.data.task == "jsonl" else "data.task"
-    raise ValueError(f"config.{field}: {e}") from None
-  if ids is None:
-    return
-  if users and ids.duplicates:
-    shown = ", ".join(map(str, ids.duplicates[:5]))
-    raise ValueError(
-        f"config.data.path: {c.data.path} repeats the {ID_KEY!r} field "
-        f"({len(ids.duplicates)} ids, e.g. {shown}), but "
-        f"{', '.join(users)} key per-prompt state on it; give every record "
-        f"a distinct {ID_KEY!r}, or drop the field (the record index is then "
-        "the id).")
-  for table in tables:
-    check_table(table, ids)
-  if draws and c.rollout.num_prompts > ids.count:
-    raise ValueError(
-        f"config.rollout.num_prompts: {c.rollout.num_prompts} exceeds the "
-        f"{ids.count} training problems {c.select.name!r} draws from "
-        f"without replacement ({ids.source}); set rollout.num_prompts <= "
-        f"{ids.count}.")
 
 
 def prompt_ids_option(prompt_ids: str = "exact", **_: Any) -> str:

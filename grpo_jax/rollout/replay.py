@@ -19,7 +19,7 @@ older than tau_max and draws R stored rows (|A| ** a); then:
             unchanged (its group is gone; VARIANTS.md 4.6).
   mu        a replayed row's sampler log-probs are its stored behaviour
             log-probs, so decoupled PPO weighs it by min(pi_old / mu, C)
-            with pi_old the trainer's recomputed log-probs; config.validate
+            with pi_old the trainer's recomputed log-probs; train.validate
             requires an objective that weighs by the behaviour policy.
   loss      one aggregate over fresh and replayed rows (batch = fresh U
             replay); ``Batch.replayed`` marks the replayed rows so the
@@ -27,12 +27,12 @@ older than tau_max and draws R stored rows (|A| ** a); then:
   push      the fresh rows with a nonzero advantage and a non-empty mask
             enter the buffer after the draw (a step never replays itself).
 
-What this path does not carry (config.validate refuses each, naming the
+What this path does not carry (train.validate refuses each, naming the
 field): budgets, reward shapers, member filters, non-identity credit
 rules, row strategies reading round fields, per-member temperatures,
 HAPO's entropy_hat, whole-minibatch objectives, token-level estimators and
 estimators reading fields beyond rewards, lengths, log-probs, entropies and
-prompt ids (`stage_checks.check_replay_stages` adds: top-K, per-token
+prompt ids (`rollout.checks.check_replay_stages` adds: top-K, per-token
 temperatures, stateful estimators).
 """
 
@@ -44,17 +44,15 @@ import numpy as np
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import rollout as rollout_lib
-from grpo_jax import rollout_measures
+from grpo_jax.rollout import layout
+from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import sampling
-from grpo_jax import strategies
 from grpo_jax.strategies import row_replay
 
 
 def replay_rows(config) -> int:
   """R, the rows a step replays beside its P * G (0: none)."""
-  meta = strategies.GROUP_STRATEGIES.entry(config.groups.name).meta
-  fn = meta.get("replay_rows")
-  return 0 if fn is None else int(fn(**dict(config.groups.kwargs)))
+  return layout.step_rows(config).replayed
 
 
 def _prompt_ids(records, i) -> list:
@@ -148,9 +146,10 @@ def check_config(c, objective) -> None:
   """ValueError ``config.<field>: problem; fix.`` unless `c`'s group
   strategy, when it replays rows (``replay_rows``: ``replay``), can run:
   every other stage is one this path carries (see the module doc). Called
-  by `config.validate` before any compute (the strategy's option checks
-  and `stage_checks.check_replay_stages` ran before)."""
-  from grpo_jax import advantages, path_checks  # pylint: disable=g-import-not-at-top
+  by `train.validate` before any compute (the strategy's option checks
+  and `rollout.checks.check_replay_stages` ran before)."""
+  from grpo_jax import advantages  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import path_checks  # pylint: disable=g-import-not-at-top
   if not replay_rows(c):
     return
   why = f"groups.name={c.groups.name!r} appends replayed rows to the batch"

@@ -16,7 +16,7 @@ import numpy as np
 
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 
 
 class Batch(NamedTuple):

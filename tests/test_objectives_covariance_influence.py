@@ -1,4 +1,4 @@
-"""Issue 14, objectives side (wave 3): FIPO's influence weights (a
+"""Covariance and influence objectives and rejection masks: FIPO's influence weights (a
 correction), verl's Clip-Cov and KL-Cov objectives, verl's rejection-
 sampling masks (corrections `rejection`, `rejection_sequence`) and F-TIS's
 kept-token denominator.
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import advantages
-from grpo_jax import config as config_lib
+from grpo_jax import train as train_lib
 from grpo_jax import objectives
 from grpo_jax import testing
 from grpo_jax.objectives import corrections
@@ -243,15 +243,15 @@ def test_correction_config_errors_name_the_field():
   config.corrections = ml_collections.ConfigDict(
       {"fipo": {"half_life": -1.0}})
   with pytest.raises(ValueError, match=r"corrections\.fipo.*half_life"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.corrections = ml_collections.ConfigDict(
       {"rejection_sequence": {"statistic": "k1", "aggregate": "max"}})
   with pytest.raises(ValueError,
                      match=r"corrections\.rejection_sequence.*aggregate"):
-    config_lib.validate(config)
+    train_lib.validate(config)
   config.corrections = ml_collections.ConfigDict(
       {"fipo": {}, "rejection_sequence": {}})
-  config_lib.validate(config)
+  train_lib.validate(config)
 
 
 # ---------------------------------------------------- Clip-Cov, KL-Cov

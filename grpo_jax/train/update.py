@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax.models import lora
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib

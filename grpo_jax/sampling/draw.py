@@ -12,7 +12,7 @@ is the plain draw: inverse-CDF sampling with one uniform per row, and
 import jax
 import jax.numpy as jnp
 
-from grpo_jax import entropy_norm
+from grpo_jax.sampling import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
 
 

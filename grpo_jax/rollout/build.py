@@ -17,15 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import advantages as advantages_lib
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import credit as credit_lib
 from grpo_jax import data
-from grpo_jax import entropy_norm
+from grpo_jax.sampling import entropy_norm
 from grpo_jax import models
-from grpo_jax import revisits as revisits_lib
+from grpo_jax.rollout import revisits as revisits_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import rollout as rollout_lib
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax import strategies
 
 

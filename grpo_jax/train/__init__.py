@@ -20,7 +20,7 @@ name, stateless ones holding ``()``, and is checkpointed with the rest.
 Everything random derives from (seed, step): the data of step s is
 ``task.train(s, P)`` and its sampling key ``fold_in(key, s)``, so a run resumed
 from a checkpoint continues exactly as an uninterrupted one. A run's
-checkpoints are read back for evaluation and export by `saved_runs`.
+checkpoints are read back for evaluation and export by `train.saved_runs`.
 """
 
 import inspect
@@ -35,23 +35,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import checkpoint as checkpoint_lib
+from grpo_jax.runtime import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
 from grpo_jax import evaluation
-from grpo_jax import faults
+from grpo_jax.runtime import faults
 from grpo_jax import measures
-from grpo_jax import metrics as metrics_lib
+from grpo_jax.runtime import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
-from grpo_jax import optim
+from grpo_jax.train import optim
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
-from grpo_jax import rollout_build
-from grpo_jax import replay_rollout
-from grpo_jax import repo_rollout
-from grpo_jax import sharding
-from grpo_jax import update as update_lib
+from grpo_jax.rollout import build as rollout_build
+from grpo_jax.rollout import checks as stage_checks
+from grpo_jax.rollout import layout
+from grpo_jax.rollout import repo as repo_rollout
+from grpo_jax.runtime import sharding
+from grpo_jax.train import update as update_lib
 from grpo_jax.models import loading
 from grpo_jax.models import lora
 from grpo_jax.rewards import workers as reward_workers
@@ -161,9 +162,10 @@ def update_group_size(config, components) -> int:
   `build` and the planner alike: 1 under an active budget stage (ragged
   groups: rows of a block no longer share a prompt), else G plus RePO's K
   replay rows per group."""
-  if components["budget"].active or replay_rollout.replay_rows(config):
+  rows = layout.step_rows(config)
+  if components["budget"].active or rows.replayed:
     return 1  # (row replay: replayed rows carry their own prompts)
-  return config.rollout.num_generations + repo_rollout.extra_rows(config)
+  return rows.generations + rows.extra_per_group
 
 
 def make_components(config) -> dict:
@@ -218,8 +220,24 @@ def enable_compilation_cache(path: str) -> None:
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # 0: auto
 
 
+def validate(config):
+  """Returns `config` when a run can start from it; else ValueError
+  ``config.<field>: problem; fix.`` before any model loads or any function
+  compiles: the fields (`config.check_fields`), then each stage's options
+  and what the stages need of each other (`rollout.checks.check_stages`)."""
+  config_lib.check_fields(config)
+  stage_checks.check_stages(config)
+  return config
+
+
 def build(config) -> Run:
-  """Validates `config`, loads model, task and rewards; builds the functions.
+  """Validates `config`, then `build_validated`."""
+  return build_validated(validate(config))
+
+
+def build_validated(config) -> Run:
+  """Loads model, task and rewards of a validated config; builds the
+  functions.
 
   The reference params are a copy of the initial params and exist only when
   ``kl.beta > 0``. A hub model's revision is pinned to the commit loaded
@@ -227,7 +245,6 @@ def build(config) -> Run:
   or exporting (a LoRA run's adapters above all) reads the same base weights
   even after the hub's branch moves on.
   """
-  config_lib.validate(config)
   config_lib.check_files(config)
   enable_compilation_cache(config.train.compilation_cache_dir)
   if config.rewards.workers:  # their start overlaps loading and compiling
@@ -244,11 +261,8 @@ def build(config) -> Run:
                      components=components)
   # Params, optimiser state and reference params laid out on the mesh.
   mesh = sharding.mesh_from_config(config.mesh)
-  # RePO's groups carry K replay rows beside their G members.
-  extra = repo_rollout.extra_rows(config)
   sharding.check_rows(
-      (config.rollout.num_prompts * (config.rollout.num_generations + extra)
-       + replay_rollout.replay_rows(config)) // config.train.num_minibatches,
+      layout.step_rows(config).total // config.train.num_minibatches,
       mesh, name="train.num_minibatches")
   state = sharding.shard_tree(state, state.params, mesh)
   if frozen is not None:
@@ -451,11 +465,11 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   """
   ckpt_dir = checkpoint_directory(workdir)
   if run is None:
-    config_lib.validate(config)  # before the probe makes the workdir
+    validate(config)  # before the probe makes the workdir
   checkpoint_lib.check_writable(ckpt_dir)
   # From the start: a preemption while the model loads ends the run too.
   with faults.StopSignals() as signals:
-    run = run or build(config)
+    run = run or build_validated(config)
     checkpoint_lib.check_writable(ckpt_dir,
                                   needed_bytes=_tree_bytes(run.state))
     return _loop(run, workdir, ckpt_dir, signals, callback)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax import models
-from grpo_jax import sharding
+from grpo_jax.runtime import sharding
 from grpo_jax.models import transformer
 
 

@@ -6,7 +6,7 @@ VARIANTS.md 4.1; SPO's offline tracker initialisation, 1.4).
 scores one batch of problems): it walks the problems in batches of a fixed
 size, the last one padded by repeating its first problem (the padding's
 results are dropped), so the sampler compiles once. The rollout binds
-``solve`` to its sampler and verifiers (`budget_rollout.profile_fn`).
+``solve`` to its sampler and verifiers (`rollout.budgets.profile_fn`).
 """
 
 from typing import Callable, NamedTuple

@@ -19,7 +19,7 @@ and returns the replayed rows (`strategies.repo.ReplayRows`, [P, K]); then:
             ``grpo`` this is `strategies.repo.repo_advantages`.
   mu        a replayed row's sampler log-probs are the stored ones (the
             behaviour policy when it was drawn), so decoupled PPO weighs it
-            by min(pi_old / mu, C); config.validate requires an objective
+            by min(pi_old / mu, C); train.validate requires an objective
             that weighs by the behaviour policy.
   loss      ``Batch.replayed`` marks the replay rows; the update
             (`update.make_loss_functions`, replay_coef = off_policy_coef)
@@ -34,7 +34,7 @@ is decoupled (pi / pi_old clipped, weighted by pi_old / mu truncated at
 is_cap) rather than pi / mu clipped directly; the advantage's eps is the
 estimator's (grpo: 1e-6; the authors' 1e-4 is ``advantage.kwargs.eps``).
 
-What this path does not carry (config.validate refuses each, naming the
+What this path does not carry (train.validate refuses each, naming the
 field): reward shapers, member filters, non-identity credit rules, row
 strategies that read round fields, per-member temperatures, the sampler's
 top-K, HAPO's adaptive temperatures and entropy_hat, token-level or
@@ -50,16 +50,15 @@ import numpy as np
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import rollout as rollout_lib
-from grpo_jax import rollout_measures
+from grpo_jax.rollout import layout
+from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import sampling
 from grpo_jax import strategies
 
 
 def extra_rows(config) -> int:
   """K, the rows each group gets beside its G members (0: none)."""
-  meta = strategies.GROUP_STRATEGIES.entry(config.groups.name).meta
-  fn = meta.get("extra_rows")
-  return 0 if fn is None else int(fn(**dict(config.groups.kwargs)))
+  return layout.step_rows(config).extra_per_group
 
 
 def replay_coef(config):
@@ -176,9 +175,11 @@ def check_config(c, objective) -> None:
   """ValueError ``config.<field>: problem; fix.`` unless `c`'s group
   strategy, when it adds replay rows (``extra_rows``: ``repo``), can run:
   every other stage is one this path carries (see the module doc) and the
-  per-prompt cache holds the task's ids. Called by `config.validate`
+  per-prompt cache holds the task's ids. Called by `train.validate`
   before any compute (the strategy's own option checks ran before)."""
-  from grpo_jax import advantages, path_checks, prompt_ids  # pylint: disable=g-import-not-at-top
+  from grpo_jax import advantages  # pylint: disable=g-import-not-at-top
+  from grpo_jax.data import prompt_ids  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import path_checks  # pylint: disable=g-import-not-at-top
   if not extra_rows(c):
     return
   name = c.groups.name

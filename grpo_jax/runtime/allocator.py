@@ -107,7 +107,7 @@ def enable(keep_freed: bool = True) -> None:
   not restart). Call it first in an entry point's ``__main__``, before any
   work and ideally before heavy imports: nothing done before it survives.
   Decoding alone (evaluation, the sampler benchmark) passes
-  ``keep_freed=False``: it ran slower with it (README, Benchmarks;
+  ``keep_freed=False``: it ran slower with it (docs/benchmarks.md;
   experiments/benchmarks/NOTES.md)."""
   value = tunables(os.environ, thp_mode(), keep_freed=keep_freed)
   if value is None or "IPython" in sys.modules:

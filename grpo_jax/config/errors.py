@@ -1,5 +1,5 @@
 """The config checks' error helpers, shared by `config` (field checks),
-`stage_checks` (checks across stages) and `path_checks` (the step paths'):
+`rollout.checks` (checks across stages) and `rollout.path_checks` (the step paths'):
 every config error reads ``config.<field>: <problem>; <fix>.``
 
 Kept apart from `config` so that the check modules import it without a

@@ -5,19 +5,19 @@ lengths, truncation and collapse of the step's plain sample, the
 advantages over the rows that train, reward errors, shaping, and the
 sampler/trainer log-prob gap. `describe_fresh` gives it for a batch with
 replayed rows (RePO's, the replay buffer's: `Batch.replayed`) on its fresh
-rows. The budget path (`budget_rollout.describe_rows`) defines the same
+rows. The budget path (`rollout.budgets.describe_rows`) defines the same
 names alike with the pieces here: `row_abs_mean`,
 `nonzero_gradient_share`, `sampler_trainer_gap`.
 
-Imports `rollout_fields`, never `rollout` (which imports this module).
+Imports `rollout.fields`, never `rollout` (which imports this module).
 """
 
 import jax
 import numpy as np
 
-from grpo_jax import batch as batch_lib
+from grpo_jax.train import batch as batch_lib
 from grpo_jax import groups as groups_lib
-from grpo_jax import rollout_fields
+from grpo_jax.rollout import fields as rollout_fields
 from grpo_jax import strategies
 
 
