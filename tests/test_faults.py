@@ -126,7 +126,7 @@ def test_a_sigterm_while_the_model_loads_ends_the_run_before_a_step(
     del config
     os.kill(os.getpid(), signal.SIGTERM)
     return run
-  monkeypatch.setattr(train, "build", build_then_preempted)
+  monkeypatch.setattr(train, "build_validated", build_then_preempted)
   state = train.train(run.config, str(tmp_path))
   assert int(state.step) == 0 and latest(tmp_path) is None
   assert "stopped by SIGTERM before step 0" in caplog.text
@@ -283,7 +283,8 @@ def test_an_unwritable_workdir_fails_before_the_model_loads(tmp_path,
                                                             monkeypatch):
   blocker = tmp_path / "a_file"
   blocker.write_text("")
-  monkeypatch.setattr(train, "build", lambda config: pytest.fail("built"))
+  monkeypatch.setattr(train, "build_validated",
+                      lambda config: pytest.fail("built"))
   with pytest.raises(OSError, match="cannot write to .*a_file"):
     train.train(tiny_config(), str(blocker / "run"))
 
