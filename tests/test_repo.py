@@ -1,5 +1,5 @@
 """RePO wired into the step (VARIANTS.md 4.9): the group strategy ``repo``,
-its per-prompt cache in TrainState, the step path of G + K rows per group
+its per-prompt cache in TrainState, the step's stages of G + K rows per group
 (`rollout.repo`), the update's split loss, the config checks, a `:tiny`
 step with the mechanism acting and an exact resume. The pure parts
 (`repo_retrieve`, `repo_advantages`, ...) are tested in

@@ -1,6 +1,6 @@
 """The rollout-level replay buffer wired into the step (VARIANTS.md 4.6):
 the group strategy ``replay`` (grpo_jax/strategies/row_replay.py), its
-step path (grpo_jax/rollout/replay.py), the config checks, a `:tiny` step
+step's stages (grpo_jax/rollout/replay.py), the config checks, a `:tiny` step
 with the mechanism acting, and an exact resume. The buffer's pure parts are
 tested in tests/test_buffer.py; expected values here are hand-derived."""
 

@@ -11,7 +11,8 @@ computes lives in its own package:
   shape     more reward columns; per-prompt      rewards.shapers,
             state updated once a step            rewards.shaping
   groups    keep, drop or refill groups; may     strategies.groups
-            sample again
+            sample again, or add rows (RePO's      (rollout.added)
+            K per group, replayed rows)
   estimate  advantages [P, G] (or [N, T])        advantages
   credit    per-token advantages                 credit
   rows      which tokens train                   strategies.rows
@@ -26,9 +27,11 @@ and reads prompt index ``s * rounds_per_step + r``, so a resumed run
 continues exactly.
 
 Beside it: `rollout.build` (the components, `from_config`),
-`rollout.fields` (what the stages read of the rounds), `rollout.measures`
-(the step's measurements), and the steps whose rows are not P x G groups
-(`rollout.budgets`, `rollout.repo`, `rollout.replay`).
+`rollout.fields` (what the stages read of the rounds), `rollout.episodes`
+(the rows the update trains on), `rollout.added` (rows a group strategy
+adds), `rollout.measures` (the step's measurements), and the step whose
+groups are ragged under an active budget (`rollout.budgets`, still a path
+of its own).
 
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
@@ -48,71 +51,33 @@ on one global mesh, and every process builds the same step:
 
 import functools
 import time
-from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import credit as credit_lib
-from grpo_jax.sampling import entropy_norm
 from grpo_jax import groups as groups_lib
-from grpo_jax import models
-from grpo_jax.rollout import references as references_lib
-from grpo_jax.rollout import revisits as revisits_lib
-from grpo_jax import rewards as rewards_lib
-from grpo_jax.rollout import fields as fields_lib
-from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax import sampling
-from grpo_jax.runtime import sharding
 from grpo_jax import strategies
 from grpo_jax.rewards import shaping as shaping_lib
+from grpo_jax.rollout import added as added_lib
+from grpo_jax.rollout import episodes as episodes_lib
+from grpo_jax.rollout import fields as fields_lib
+from grpo_jax.rollout import measures as rollout_measures
+from grpo_jax.rollout import references as references_lib
+from grpo_jax.rollout import revisits as revisits_lib
+from grpo_jax.rollout import rounds
+# One sampling round, re-exported: the rollout's public API.
+from grpo_jax.rollout.rounds import (  # pylint: disable=unused-import
+    decode_completions, encode_prompts, member_temperatures, Pipeline, Round,
+    sample_round, Sampler, SEGMENT_FIELDS, TOPK_FIELDS)
+from grpo_jax.sampling import entropy_norm
 
 # The stage components whose state the rollout carries, by state name.
 STAGES = ("select", "shape", "groups", "advantage", "credit", "rows",
           "revisits", "temperature", "filter", "budget")
-
-
-class Round(NamedTuple):
-  """One sampling round, numpy, grouped [P, G, ...]."""
-  prompt_ids: list  # P token lists
-  tokens: np.ndarray  # [P, G, T] int
-  mask: np.ndarray  # [P, G, T] float32, the sampled tokens
-  lengths: np.ndarray  # [P, G] int
-  truncated: np.ndarray  # [P, G] bool
-  sampler_logp: np.ndarray  # [P, G, T] float32
-  rewards: np.ndarray  # [P, G, K]: the verifiers', then the shapers'
-  columns: Tuple[str, ...]  # the K column names
-  errors: np.ndarray  # [K verifiers] completions whose verifier raised
-  entropies: np.ndarray  # [P, G] float32, mean token entropy (GroupData)
-  prompt_index: np.ndarray  # [P] int32, the examples' task indices
-  answer_ids: Optional[np.ndarray] = None  # [P, G] int32, when read
-  # [P, K], the greedy row's rewards, when read (ReMax); it never trains.
-  greedy_rewards: Optional[np.ndarray] = None
-  # SD-GRPO's segment fields (`SEGMENT_FIELDS`), when read: [P, G, S]
-  # rewards and valid, [P, G, T] token segment ids.
-  segment_rewards: Optional[np.ndarray] = None
-  segment_valid: Optional[np.ndarray] = None
-  segment_ids: Optional[np.ndarray] = None
-  # The sampler's top-K ids and log-probs [P, G, T, K], when it records
-  # them (`Sampler.record_topk`; DPPO's top-K forms).
-  sampler_topk_ids: Optional[np.ndarray] = None
-  sampler_topk_logp: Optional[np.ndarray] = None
-  # [P, G, T] float32, the sampler's entropy at each token at its row's
-  # temperature (0 under padding): what a credit rule reads.
-  token_entropies: Optional[np.ndarray] = None
-  # [P, G] bool, rows a group strategy replaced by a reference solution
-  # (EDGE-GRPO's guided correction), and the round as it was sampled
-  # before (the plain sample the measurements describe).
-  injected: Optional[np.ndarray] = None
-  sampled: Optional[Any] = None
-  # [P, G, T] float32, each token's sampling temperature, with HAPO's
-  # entropy-adaptive sampler (`entropy_norm`; 0 under padding).
-  token_temperatures: Optional[np.ndarray] = None
-  # [P] bool, groups a group strategy refilled from its buffer of earlier
-  # steps' groups (POPO); `sampled` then holds the round as sampled.
-  replayed: Optional[np.ndarray] = None
 
 
 # Folded into the step's key for a group strategy's own draw (POPO's
@@ -121,251 +86,11 @@ _GROUPS_KEY = 0x9A0
 # Folded into step 0's key for an estimator's offline pass (SPO's
 # offline_init); its sampler calls use fold_in(that key, call number).
 _OFFLINE_KEY = 0x0FF1
-# The GroupData fields `rollout.fields.segments` fills, for an estimator
-# that reads them.
-SEGMENT_FIELDS = ("segment_rewards", "segment_valid", "segment_ids")
-# The Round (and Batch) fields of the sampler's top-K, when recorded.
-TOPK_FIELDS = ("sampler_topk_ids", "sampler_topk_logp")
-
-
-class Sampler(NamedTuple):
-  """The sampler's settings and the tokenizer's ids."""
-  num_generations: int
-  max_new_tokens: int
-  temperature: float
-  top_k: int
-  top_p: float
-  prompt_buckets: Sequence[int]
-  system_prompt: str
-  eos_ids: Tuple[int, ...]
-  pad_id: int
-  # Each member's own temperature [G] (MDP-GRPO); () = `temperature` for all.
-  member_temperatures: Tuple[float, ...] = ()
-  # K > 0: the sampler records each position's top-K ids and log-probs.
-  record_topk: int = 0
-
-
-class Pipeline(NamedTuple):
-  """Everything `generate` needs, bound once by `rollout.build.from_config`.
-
-  Attributes:
-    num_prompts: P, the groups of a batch.
-    sampler: `Sampler`.
-    model_config, tokenizer: the model's.
-    task: ``train(index, batch_size)`` and ``heldout(n)`` (`data.make_task`).
-    format_prompt: ``(tokenizer, question, *, system_prompt) -> str``.
-    verifiers: name -> (``fn(prompts, completions, answers)``, weight).
-    shapers: name -> (`rewards.Shaper` or ``fn(lengths [N]) -> [N]``,
-      weight); the ``shape`` component holds their states.
-    components: the stage records by state name (`STAGES`).
-    assemble: ``assemble(params, ref_params, prompt_tokens, prompt_mask,
-      tokens, sample_mask, loss_mask, advantages, sampler_logp,
-      **topk) -> Batch`` (topk: the sampler's `TOPK_FIELDS` when recorded).
-    scoring: where and how long the verifiers run (`rewards.ScoreOptions`;
-      the default scores in this process, with no timeout).
-  """
-  num_prompts: int
-  sampler: Sampler
-  model_config: models.ModelConfig
-  tokenizer: Any
-  task: Any
-  format_prompt: Callable
-  verifiers: Mapping[str, Tuple[Callable, float]]
-  shapers: Mapping[str, Tuple[Callable, float]]
-  components: Mapping[str, Any]
-  assemble: Callable
-  scoring: rewards_lib.ScoreOptions = rewards_lib.ScoreOptions()
-  # ``logprobs(params, tokens, input_mask, completion_start, temperature)
-  # -> (logp, entropy)`` numpy, the trainer's (SPO's revisits, EDGE's
-  # reference rows).
-  logprobs: Optional[Callable] = None
-
-  @property
-  def columns(self) -> Tuple[str, ...]:
-    return tuple(self.verifiers) + tuple(self.shapers)
-
-  @property
-  def weights(self) -> np.ndarray:
-    return np.asarray([w for _, w in self.verifiers.values()]
-                      + [w for _, w in self.shapers.values()], np.float32)
-
-
-# ----------------------------------------------------------- one round
-
 
 def groups_key(key):
   """The key of a group strategy's own draw (POPO's refill, the replay
   buffers'), apart from every round's ``fold_in(key, r)``."""
   return jax.random.fold_in(key, _GROUPS_KEY)
-
-
-def plain_selection(params, step: int, key, states, *, pipeline: Pipeline
-                    ) -> Tuple[strategies.Selected, Any]:
-  """(Selected, the group strategy's new state) of a step path whose rounds
-  carry no shaper state or temperature rule (RePO's, the replay buffer's):
-  the strategy's ``draw(r)`` is round r of the step's selection, sampled
-  with ``fold_in(key, r)`` and scored, and it may read the helpers
-  ``step`` and ``key`` (`groups_key`)."""
-  c = pipeline.components
-
-  def draw(r):
-    examples = c["select"].select(
-        pipeline.task, step, r, pipeline.num_prompts,
-        **{name: states[name] for name in c["select"].reads})
-    return sample_round(params, examples, jax.random.fold_in(key, r),
-                        pipeline=pipeline, step=step)
-  helpers = {"step": step, "key": groups_key(key)}
-  return c["groups"].apply(
-      states["groups"], draw, pipeline.num_prompts,
-      **{name: helpers[name] for name in c["groups"].reads})
-
-
-def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
-                   system_prompt: str = "") -> list:
-  """Token id lists of the formatted prompts."""
-  ids = []
-  for example in examples:
-    text = format_prompt(tokenizer, example.question,
-                         system_prompt=system_prompt or None)
-    if isinstance(text, str):
-      text = tokenizer.encode(text, add_special_tokens=False)
-    ids.append(list(text))
-  return ids
-
-
-def decode_completions(tokenizer, tokens, lengths) -> list:
-  """Texts of the completions, special tokens (end ids) dropped."""
-  return [tokenizer.decode(list(row[:n]), skip_special_tokens=True)
-          for row, n in zip(np.asarray(tokens), np.asarray(lengths))]
-
-
-def _score(pipeline: Pipeline, examples, out, g: int):
-  """Verifier rewards [P*g, K_v] and error counts [K_v] of `g` rows per
-  prompt; each process scores its own block of prompts, then the blocks
-  are gathered."""
-  block = sharding.process_rows(len(examples))
-  rows = slice(block.start * g, block.stop * g)
-  local = examples[block]
-  completions = decode_completions(pipeline.tokenizer, out.tokens[rows],
-                                   out.lengths[rows])
-  result = rewards_lib.score(
-      pipeline.verifiers, [e.question for e in local for _ in range(g)],
-      completions, [e.answer for e in local for _ in range(g)],
-      **pipeline.scoring._asdict())
-  errors = np.asarray([[result.num_errors[name]
-                        for name in pipeline.verifiers]])
-  return (sharding.gather_process_blocks(result.per_function),
-          sharding.gather_process_blocks(errors).sum(axis=0))
-
-
-def sample_round(params, examples, key, *, pipeline: Pipeline,
-                 step: int = 0, shape_states=None,
-                 temperature_rule=None) -> Round:
-  """The sample, score and shape stages for one round of P prompts; the
-  shapers read `step` and their states (`shape_states`, name -> state);
-  `temperature_rule`: HAPO's per-token sampler rule, or None."""
-  s = pipeline.sampler
-  p, g, t = len(examples), s.num_generations, s.max_new_tokens
-  # What a shaper needs the prompt to say (LCPO's target length).
-  examples = shaping_lib.with_instructions(examples, pipeline.shapers)
-  prompt_ids = encode_prompts(pipeline.tokenizer, examples,
-                              format_prompt=pipeline.format_prompt,
-                              system_prompt=s.system_prompt)
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      prompt_ids, buckets=s.prompt_buckets, pad_id=s.pad_id)
-  # ReMax's greedy row (temperature 0) follows each prompt's G members:
-  # scored, its rewards kept as `greedy_rewards`, never trained on.
-  greedy_row = "greedy_rewards" in pipeline.components["advantage"].reads
-  members = member_temperatures(s, greedy_row=greedy_row)
-  w = members.size  # rows per prompt
-  out = sharding.to_host(sampling.sample(
-      params, pipeline.model_config, prompt_tokens, prompt_mask, key,
-      num_samples=w, max_new_tokens=t, temperature=np.tile(members, p),
-      top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
-      eos_ids=s.eos_ids, pad_id=s.pad_id, record_topk=s.record_topk,
-      temperature_rule=temperature_rule))
-  verified, errors = _score(pipeline, examples, out, w)
-  answer_ids = None
-  if "answer_ids" in pipeline.components["advantage"].reads:
-    # A member's class is the first member with its answer, never a later
-    # row: the greedy row changes no sampled member's id.
-    answer_ids = fields_lib.answer_ids(decode_completions(
-        pipeline.tokenizer, out.tokens, out.lengths), w)[:, :g]
-  segments = {}
-  if "segment_rewards" in pipeline.components["advantage"].reads:
-    segments = fields_lib.segments(pipeline, examples, out, w)
-  shaped, shape_errors = shaping_lib.shape_columns(
-      pipeline.shapers, shape_states or {}, shaping_lib.RoundData(
-          lengths=np.asarray(out.lengths),
-          verified=np.asarray(verified, np.float32),
-          verifier_names=tuple(pipeline.verifiers),
-          verifier_weights=pipeline.weights[:len(pipeline.verifiers)],
-          group_size=w, step=step,  # G + 1 with ReMax's greedy row
-          prompt_index=np.repeat([e.index for e in examples], w),
-          sampler_logp=out.tempered_logprobs, mask=out.mask,
-          tokens=out.tokens))
-  errors = np.concatenate([np.asarray(errors), shape_errors])
-  every_row = lambda x: np.asarray(x).reshape((p, w) + np.shape(x)[1:])
-  grouped = lambda x: every_row(x)[:, :g]
-  rewards = every_row(np.concatenate(
-      [np.asarray(verified, np.float32), shaped], axis=-1))
-  # With HAPO's rule, the entropy at each row's own temperature (the
-  # policy's, which its statistics are taken over), not at the adapted one.
-  entropies = out.entropies if out.base_entropies is None else (
-      out.base_entropies)
-  topk = {}
-  if s.record_topk:
-    topk = dict(sampler_topk_ids=grouped(out.topk_ids),
-                sampler_topk_logp=grouped(out.topk_logprobs))
-  return Round(
-      prompt_ids=prompt_ids, tokens=grouped(out.tokens),
-      mask=grouped(np.asarray(out.mask, np.float32)),
-      lengths=grouped(out.lengths), truncated=grouped(out.truncated),
-      sampler_logp=grouped(out.tempered_logprobs),
-      rewards=rewards[:, :g], columns=pipeline.columns, errors=errors,
-      entropies=grouped(fields_lib.row_mean(entropies, out.mask)),
-      token_entropies=grouped(np.asarray(entropies, np.float32)),
-      prompt_index=np.asarray([e.index for e in examples], np.int32),
-      answer_ids=answer_ids,
-      greedy_rewards=rewards[:, g] if greedy_row else None, **segments,
-      **topk, token_temperatures=None if out.temperatures is None
-      else grouped(np.asarray(out.temperatures, np.float32)))
-
-
-def member_temperatures(sampler: Sampler, *, greedy_row: bool = False
-                        ) -> np.ndarray:
-  """[G] float32 temperature of each group member (row p*G + g samples
-  at entry g): `Sampler.member_temperatures`, or the one temperature; with
-  `greedy_row` [G + 1], ReMax's greedy row (0) last."""
-  members = (list(sampler.member_temperatures)
-             or [sampler.temperature] * sampler.num_generations)
-  return np.asarray(members + [0.0] * greedy_row, np.float32)
-
-
-def _reference_fn(params, pipeline: Pipeline) -> Callable:
-  """``reference(round) -> strategies.groups.References``: the reference
-  solutions of a round's prompts as rows of the replaced (last) member,
-  scored by the verifiers, their log-probs the trainer's under `params`."""
-  s = pipeline.sampler
-  temperature = float(member_temperatures(s)[-1])
-
-  def score(examples, tokens, lengths):
-    return _score(pipeline, examples, _Rows(tokens, lengths), 1)
-
-  def reference(rnd):
-    return references_lib.reference_rows(
-        rnd, [pipeline.task.example(int(i)) for i in rnd.prompt_index],
-        tokenizer=pipeline.tokenizer, task=pipeline.task,
-        num_tokens=s.max_new_tokens, eos_id=s.eos_ids[0], pad_id=s.pad_id,
-        prompt_buckets=s.prompt_buckets, score=score,
-        logprobs=lambda *rows: pipeline.logprobs(params, *rows, temperature),
-        num_columns=len(pipeline.columns))
-  return reference
-
-
-class _Rows(NamedTuple):  # what `_score` reads of a sampler's output
-  tokens: np.ndarray
-  lengths: np.ndarray
 
 
 # -------------------------------------------------------------- a step
@@ -391,48 +116,14 @@ def credit_and_rows(components, states, adv, loss_mask, *, credit_reads=None,
                                         rows=rows_state)
 
 
-def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
-             *, pipeline: Pipeline):
-  """One step's `Batch`, its measurements and the stages' new states.
-
-  Args:
-    params: the current policy params (sampling and old log-probs).
-    ref_params: the reference params (read only by a KL regulariser).
-    step: the training step (selects the prompts).
-    key: this step's key, ``fold_in(base_key, step)``.
-    states: the stage components' states by name (`STAGES`).
-    pipeline: the bound `Pipeline`.
-
-  Returns:
-    (Batch, measurements dict of floats, states).
-  """
+def select_groups(params, step: int, key, states, *, pipeline: Pipeline,
+                  temperature_rule=None):
+  """The select, sample, score and shape stages of every round the group
+  strategy draws, and the groups it keeps: (`strategies.Selected`, states
+  with the groups' and shapers' new states). Round r samples with
+  ``fold_in(key, r)``; `temperature_rule`: HAPO's sampler rule, or None."""
   c, states = pipeline.components, dict(states)
-  if "budget" in c and c["budget"].active:  # ragged groups in N rows
-    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
-    return budget_rollout.generate(params, ref_params, step, key, states,
-                                   pipeline=pipeline)
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
-      "extra_rows"):  # RePO: G + K rows per group
-    from grpo_jax.rollout import repo as repo_rollout  # pylint: disable=g-import-not-at-top
-    return repo_rollout.generate(params, ref_params, step, key, states,
-                                 pipeline=pipeline)
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
-      "replay_rows"):  # row replay: P * G fresh + R stored rows
-    from grpo_jax.rollout import replay as replay_rollout  # pylint: disable=g-import-not-at-top
-    return replay_rollout.generate(params, ref_params, step, key, states,
-                                   pipeline=pipeline)
-  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
-  t0 = time.perf_counter()
-  offline_measures = {}
-  if step == 0 and c["advantage"].offline is not None:
-    # SPO's offline init: the state from n samples of every training
-    # problem under the initial policy, before step 0 draws by it. Step 0
-    # is the flag: a resumed run starts after its checkpoint's step >= 1.
-    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
-    states["advantage"], offline_measures = c["advantage"].offline(
-        states["advantage"], budget_rollout.profile_fn(
-            params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
-        pipeline.task.train_indices())
+  p = pipeline.num_prompts
 
   def examples(r):  # the prompts round r selects (a pure function)
     return c["select"].select(
@@ -443,16 +134,11 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     return sample_round(params, list(given), jax.random.fold_in(key, r),
                         pipeline=pipeline, step=step,
                         shape_states=states.get("shape"),
-                        temperature_rule=rule)
+                        temperature_rule=temperature_rule)
 
   draw = lambda r: resample(r, examples(r))  # round r of the selection
 
-  # HAPO's entropy-adaptive sampler: the previous step's statistics.
-  entropy_stage = c.get("temperature")
-  rule = None if entropy_stage is None else entropy_stage.rule(
-      states.get("temperature") or entropy_stage.init())
-
-  helpers = {"reference": lambda: _reference_fn(params, pipeline),
+  helpers = {"reference": lambda: rounds.reference_fn(params, pipeline),
              # A stateful strategy's clock and its draw's own key.
              "step": lambda: step,
              "key": lambda: groups_key(key),
@@ -478,28 +164,18 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
         # rebuilt from others' rows (AERO) folds in as it was sampled.
         [fields_lib.shape_data(rnd if rnd.sampled is None else rnd.sampled,
                                pipeline, step) for rnd in folded])
-  gather = functools.partial(fields_lib.gather, selected)
-  t1 = time.perf_counter()
+  return selected, states
 
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
-      buckets=pipeline.sampler.prompt_buckets,
-      pad_id=pipeline.sampler.pad_id)
-  divergence, revisit_measures = None, {}
-  if "divergence" in c["advantage"].reads:  # SPO's KL-adaptive rho
-    # Each prompt's stored response rescored, then member 0's stored.
-    temperature = float(member_temperatures(pipeline.sampler)[0])
-    divergence, states["revisits"], revisit_measures = revisits_lib.revisit(
-        states["revisits"], revisits_lib.slots(
-            states["revisits"], gather("prompt_index"),
-            c["revisits"].prompt_ids), selected.valid,
-        prompt_tokens, prompt_mask, gather("tokens")[:, 0],
-        gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
-            params, *rows, temperature)[0])
+
+def group_data(selected, pipeline: Pipeline, *, divergence=None
+               ) -> groups_lib.GroupData:
+  """What the estimator reads of the kept groups (`GroupData`); the
+  optional fields where the rounds hold them; `divergence`: SPO's [P]."""
+  gather = functools.partial(fields_lib.gather, selected)
   answer_ids = None
   if selected.rounds[0].answer_ids is not None:
     answer_ids = jnp.asarray(gather("answer_ids"), jnp.int32)
-  groups = groups_lib.GroupData(
+  return groups_lib.GroupData(
       rewards=jnp.asarray(gather("rewards")),
       weights=jnp.asarray(pipeline.weights),
       valid=jnp.asarray(selected.valid),
@@ -514,6 +190,67 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       divergence=divergence,
       **{field: jnp.asarray(gather(field)) for field in SEGMENT_FIELDS
          if getattr(selected.rounds[0], field) is not None})
+
+
+def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
+             *, pipeline: Pipeline):
+  """One step's `Batch`, its measurements and the stages' new states.
+
+  Args:
+    params: the current policy params (sampling and old log-probs).
+    ref_params: the reference params (read only by a KL regulariser).
+    step: the training step (selects the prompts).
+    key: this step's key, ``fold_in(base_key, step)``.
+    states: the stage components' states by name (`STAGES`).
+    pipeline: the bound `Pipeline`.
+
+  Returns:
+    (Batch, measurements dict of floats, states).
+  """
+  c, states = pipeline.components, dict(states)
+  if "budget" in c and c["budget"].active:  # ragged groups in N rows
+    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
+    return budget_rollout.generate(params, ref_params, step, key, states,
+                                   pipeline=pipeline)
+  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
+  t0 = time.perf_counter()
+  offline_measures = {}
+  if step == 0 and c["advantage"].offline is not None:
+    # SPO's offline init: the state from n samples of every training
+    # problem under the initial policy, before step 0 draws by it. Step 0
+    # is the flag: a resumed run starts after its checkpoint's step >= 1.
+    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
+    states["advantage"], offline_measures = c["advantage"].offline(
+        states["advantage"], budget_rollout.profile_fn(
+            params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
+        pipeline.task.train_indices())
+
+  # HAPO's entropy-adaptive sampler: the previous step's statistics.
+  entropy_stage = c.get("temperature")
+  rule = None if entropy_stage is None else entropy_stage.rule(
+      states.get("temperature") or entropy_stage.init())
+  selected, states = select_groups(params, step, key, states,
+                                   pipeline=pipeline, temperature_rule=rule)
+  gather = functools.partial(fields_lib.gather, selected)
+  t1 = time.perf_counter()
+
+  prompt_ids = [selected.rounds[r].prompt_ids[i] for r, i in selected.picks]
+  pad_prompts = functools.partial(sampling.pad_prompts,
+                                  buckets=pipeline.sampler.prompt_buckets,
+                                  pad_id=pipeline.sampler.pad_id)
+  divergence, revisit_measures = None, {}
+  if "divergence" in c["advantage"].reads:  # SPO's KL-adaptive rho
+    prompt_tokens, prompt_mask = pad_prompts(prompt_ids)
+    # Each prompt's stored response rescored, then member 0's stored.
+    temperature = float(member_temperatures(pipeline.sampler)[0])
+    divergence, states["revisits"], revisit_measures = revisits_lib.revisit(
+        states["revisits"], revisits_lib.slots(
+            states["revisits"], gather("prompt_index"),
+            c["revisits"].prompt_ids), selected.valid,
+        prompt_tokens, prompt_mask, gather("tokens")[:, 0],
+        gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
+            params, *rows, temperature)[0])
+  groups = group_data(selected, pipeline, divergence=divergence)
   # The member filter (GFPO, BPPO): kept rows [N] (None: all), a token
   # mask, and GroupData.members where the estimator sees only the kept.
   groups, kept_rows, kept_tokens, filter_state, filter_measures = (
@@ -521,8 +258,16 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
                                 groups, gather("mask").reshape(p * g, -1)))
   if "filter" in c:
     states["filter"] = filter_state
-  adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
-                                                     groups)
+  # Rows a group strategy adds beside the P x G (RePO's, row replay's).
+  added = selected.replay
+  stage = None if added is None else added_lib.STAGES[type(added)]
+  if stage is None:
+    adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
+                                                       groups)
+  else:
+    adv, added_adv, states["advantage"] = stage.estimate(
+        added, c["advantage"], states["advantage"], groups,
+        selected.rounds[0], pipeline.weights)
   n = p * g
   rows = lambda x: np.asarray(x).reshape((n,) + np.shape(x)[2:])
   # Group advantages [P, G] become one per row; token-level ones are [N, T].
@@ -536,12 +281,24 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
                    0.0).astype(np.float32)
   if kept_tokens is not None:  # BPPO's prefix
     loss_mask = loss_mask * np.asarray(kept_tokens, np.float32)
+  # Groups refilled from a buffer (POPO): marked in every step's batch (one
+  # structure), so the on-policy update leaves them out of the sampler gap.
+  replayed = None
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
+    replayed = np.repeat(fields_lib.replayed_groups(selected),
+                         g).astype(np.float32)
+  episodes = episodes_lib.Episodes(
+      prompt_ids=prompt_ids, tokens=rows(gather("tokens")),
+      sample_mask=sample_mask, loss_mask=loss_mask, advantages=adv,
+      sampler_logp=rows(gather("sampler_logp")), replayed=replayed)
+  fresh_adv = adv
+  if stage is not None:
+    episodes = stage.join(added, episodes, added_adv)
   adv, loss_mask, credited, states = credit_and_rows(
-      c, states, adv, loss_mask,
+      c, states, episodes.advantages, episodes.loss_mask,
       credit_reads=fields_lib.credit_reads(c["credit"].reads, gather, rows,
                                            pipeline),
       row_reads={name: rows(gather(name)) for name in c["rows"].reads})
-  sampler_logp = rows(gather("sampler_logp"))
   topk = {name: rows(gather(name)) for name in TOPK_FIELDS
           if getattr(selected.rounds[0], name) is not None}
   entropy, entropy_measures = {}, {}
@@ -553,21 +310,28 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
         base=np.tile(member_temperatures(pipeline.sampler), p))
     if rule is not None:  # the next step's sampler reads these
       states["temperature"] = entropy_norm.newer(stats, rule.stats)
-  # Groups refilled from a buffer (POPO): marked in every step's batch (one
-  # structure), so the on-policy update leaves them out of the sampler gap.
-  replayed = {}
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
-    replayed["replayed"] = np.repeat(fields_lib.replayed_groups(selected),
-                                     g).astype(np.float32)
+  prompt_tokens, prompt_mask = pad_prompts(episodes.prompt_ids)
   batch = pipeline.assemble(
-      params, ref_params, prompt_tokens, prompt_mask, rows(gather("tokens")),
-      sample_mask, loss_mask, adv, sampler_logp=sampler_logp, **topk,
-      **entropy, **replayed)
+      params, ref_params, prompt_tokens, prompt_mask, episodes.tokens,
+      episodes.sample_mask, loss_mask, adv,
+      sampler_logp=episodes.sampler_logp, **topk, **entropy,
+      **({} if episodes.replayed is None else
+         {"replayed": episodes.replayed}))
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
+  if stage is not None:  # e.g. the fresh rows enter a replay buffer
+    states["groups"] = stage.finish(added, states["groups"],
+                                    selected.rounds[0], fresh_adv,
+                                    weights=pipeline.weights, step=step)
   t2 = time.perf_counter()
-  measurements = rollout_measures.describe(
-      selected, adv, batch, pipeline, estimator=c["advantage"],
-      members=groups.members, kept_rows=kept_rows)
+  if stage is None:
+    measurements = rollout_measures.describe(
+        selected, adv, batch, pipeline, estimator=c["advantage"],
+        members=groups.members, kept_rows=kept_rows)
+  else:  # the round's own on its fresh rows, and the added rows'
+    measurements = rollout_measures.describe_fresh(
+        selected, adv, batch, pipeline, estimator=c["advantage"])
+    measurements.update(stage.measures(added, added_adv, adv,
+                                       states["groups"]))
   measurements.update(credit_lib.measurements(c["credit"].name, credited))
   measurements.update(revisit_measures)
   measurements.update(filter_measures)

@@ -1,11 +1,12 @@
-"""One step under the rollout-level replay buffer (VARIANTS.md 4.6;
-**reconstruction**): the P * G fresh rows, then R rows replayed from the
-buffer, in one batch of a fixed P * G + R rows (the update compiles once).
+"""The rollout-level replay buffer's rows as stages of `rollout.generate`
+(VARIANTS.md 4.6; **reconstruction**): the P * G fresh rows, then R rows
+replayed from the buffer, in one batch of a fixed P * G + R rows
+(``replay_rows`` in the strategy's metadata, `layout.step_rows`; the
+update compiles once).
 
-`rollout.generate` hands the step here when the group strategy declares
-registry metadata ``replay_rows`` (``replay``,
-`strategies.row_replay`). The strategy draws the round, evicts the rows
-older than tau_max and draws R stored rows (|A| ** a); then:
+The strategy (``replay``, `strategies.row_replay`) draws the round, evicts
+the rows older than tau_max and draws R stored rows (|A| ** a);
+`rollout.added` runs this module's stages for them:
 
   rows      rows 0 .. P*G - 1 are the round's, prompt-major; rows P*G + j
             the replayed ones, each with its own prompt. A slot the buffer
@@ -27,8 +28,8 @@ older than tau_max and draws R stored rows (|A| ** a); then:
   push      the fresh rows with a nonzero advantage and a non-empty mask
             enter the buffer after the draw (a step never replays itself).
 
-What this path does not carry (train.validate refuses each, naming the
-field): budgets, reward shapers, member filters, non-identity credit
+What a step with these rows does not carry yet (train.validate refuses
+each, naming the field): budgets, reward shapers, member filters, non-identity credit
 rules, row strategies reading round fields, per-member temperatures,
 HAPO's entropy_hat, whole-minibatch objectives, token-level estimators and
 estimators reading fields beyond rewards, lengths, log-probs, entropies and
@@ -36,17 +37,10 @@ prompt ids (`rollout.checks.check_replay_stages` adds: top-K, per-token
 temperatures, stateful estimators).
 """
 
-import time
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import groups as groups_lib
-from grpo_jax import rollout as rollout_lib
 from grpo_jax.rollout import layout
-from grpo_jax.rollout import measures as rollout_measures
-from grpo_jax import sampling
 from grpo_jax.strategies import row_replay
 
 
@@ -60,79 +54,69 @@ def _prompt_ids(records, i) -> list:
       np.asarray(records.prompt_mask[i]) > 0].tolist()
 
 
-def generate(params, ref_params, step: int, key, states, *, pipeline):
-  """`rollout.generate` under row replay: the same arguments and returns
-  (Batch of P * G + R rows, measurements, states)."""
-  c, states = pipeline.components, dict(states)
-  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
-  t0 = time.perf_counter()
+def estimate(added, estimator, state, groups, rnd, weights):
+  """(fresh [P, G], replayed [R], state): the estimator on the fresh
+  groups alone; a replayed row keeps its stored advantage (0 where the
+  buffer could not fill the slot)."""
+  del rnd, weights
+  fresh, state = estimator.estimate(state, groups)
+  drawn = np.asarray(added.drawn, bool)
+  stored = np.where(drawn, np.asarray(added.records.advantages, np.float32),
+                    0.0)
+  return fresh, stored, state
 
-  selected, states["groups"] = rollout_lib.plain_selection(
-      params, step, key, states, pipeline=pipeline)
-  rnd, rep = selected.rounds[0], selected.replay
-  rec, drawn = rep.records, np.asarray(rep.drawn, bool)
-  t1 = time.perf_counter()
 
-  mask = np.asarray(rnd.mask, np.float32)
-  groups = groups_lib.GroupData(
-      rewards=jnp.asarray(rnd.rewards, jnp.float32),
-      weights=jnp.asarray(pipeline.weights),
-      valid=jnp.ones((p,), bool),
-      lengths=jnp.asarray(rnd.lengths, jnp.int32),
-      sequence_logprobs=jnp.asarray(
-          (np.asarray(rnd.sampler_logp) * mask).sum(-1), jnp.float32),
-      entropies=jnp.asarray(rnd.entropies, jnp.float32),
-      prompt_index=jnp.asarray(rnd.prompt_index, jnp.int32))
-  fresh_adv, states["advantage"] = c["advantage"].estimate(
-      states["advantage"], groups)
-  fresh_adv = np.asarray(fresh_adv, np.float32)  # [P, G]
-
-  n = p * g
-  flat = lambda x: np.asarray(x).reshape((n,) + np.shape(x)[2:])
+def join(added, episodes, added_adv):
+  """`episodes` (the fresh rows, one prompt per block) followed by the R
+  replayed rows, each with its own prompt: one prompt per row."""
+  rec, drawn = added.records, np.asarray(added.drawn, bool)
+  n = episodes.num_rows
+  g = n // len(episodes.prompt_ids)
   rec_mask = np.asarray(rec.mask, np.float32) * drawn[:, None]
-  tokens = np.concatenate([flat(rnd.tokens),
-                           np.asarray(rec.tokens, np.int32)])
-  sample_mask = np.concatenate([flat(mask), rec_mask])
-  adv = np.concatenate([flat(fresh_adv), np.where(
-      drawn, np.asarray(rec.advantages, np.float32), 0.0)]).astype(np.float32)
-  sampler_logp = np.concatenate([
-      flat(np.asarray(rnd.sampler_logp, np.float32)),
-      np.asarray(rec.behaviour_logp, np.float32) * drawn[:, None]])
-  replayed = np.concatenate([np.zeros(n), np.ones(drawn.shape[0])]
-                            ).astype(np.float32)
-  adv, loss_mask, _, states = rollout_lib.credit_and_rows(c, states, adv,
-                                                         sample_mask)
-  # One prompt per row; an unfilled replay slot borrows the first prompt.
-  prompts = [rnd.prompt_ids[i // g] for i in range(n)] + [
-      _prompt_ids(rec, j) if drawn[j] else rnd.prompt_ids[0]
+  # An unfilled replay slot borrows the first fresh prompt.
+  prompts = [episodes.prompt_ids[i // g] for i in range(n)] + [
+      _prompt_ids(rec, j) if drawn[j] else episodes.prompt_ids[0]
       for j in range(drawn.shape[0])]
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      prompts, buckets=pipeline.sampler.prompt_buckets,
-      pad_id=pipeline.sampler.pad_id)
-  batch = pipeline.assemble(
-      params, ref_params, prompt_tokens, prompt_mask, tokens, sample_mask,
-      loss_mask, adv, sampler_logp=sampler_logp, replayed=replayed)
-  jax.block_until_ready((batch.old_logp, batch.ref_logp))
+  return episodes._replace(
+      prompt_ids=prompts,
+      tokens=np.concatenate([episodes.tokens,
+                             np.asarray(rec.tokens, np.int32)]),
+      sample_mask=np.concatenate([episodes.sample_mask, rec_mask]),
+      loss_mask=np.concatenate([episodes.loss_mask, rec_mask]),
+      advantages=np.concatenate([episodes.advantages, added_adv]
+                                ).astype(np.float32),
+      sampler_logp=np.concatenate([
+          np.asarray(episodes.sampler_logp, np.float32),
+          np.asarray(rec.behaviour_logp, np.float32) * drawn[:, None]]),
+      replayed=np.concatenate([np.zeros(n), np.ones(drawn.shape[0])]
+                              ).astype(np.float32))
 
-  # The fresh rows enter the buffer after the draw (stored advantage: the
-  # estimator's); rows of A = 0 would never be drawn, so are not stored.
-  keep = (fresh_adv.reshape(n) != 0) & (flat(mask).sum(-1) > 0)
-  buf = states["groups"]
-  states["groups"] = row_replay.push_rows(
-      buf, row_replay.round_rows(rnd, fresh_adv, pipeline.weights, step,
-                                 buf.prompt_tokens.shape[1]),
+
+def finish(added, state, rnd, fresh_adv, *, weights, step):
+  """The buffer after the step: the fresh rows enter it after the draw
+  (stored advantage: the estimator's); rows of A = 0 would never be drawn,
+  so are not stored."""
+  del added
+  fresh_adv = np.asarray(fresh_adv, np.float32)
+  n = fresh_adv.size
+  mask = np.asarray(rnd.mask, np.float32).reshape(n, -1)
+  keep = (fresh_adv.reshape(n) != 0) & (mask.sum(-1) > 0)
+  return row_replay.push_rows(
+      state, row_replay.round_rows(rnd, fresh_adv.reshape(rnd.lengths.shape),
+                                   weights, step,
+                                   state.prompt_tokens.shape[1]),
       jnp.asarray(keep))
-  t2 = time.perf_counter()
 
-  measurements = rollout_measures.describe_fresh(
-      selected, adv, batch, pipeline, estimator=c["advantage"])
-  measurements.update(selected.measurements or {})
-  measurements["replay/buffer_fill"] = float(
-      np.asarray(states["groups"].valid).mean())
-  measurements["replay/advantage_abs_mean_replayed"] = float(
-      np.abs(adv[n:])[drawn].mean()) if drawn.any() else 0.0
-  measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
-  return batch, measurements, states
+
+def measures(added, added_adv, adv, state) -> dict:
+  """``replay/*``: the buffer's fill after the push, the replayed rows'
+  mean |A| (as trained)."""
+  del added_adv
+  drawn = np.asarray(added.drawn, bool)
+  replayed = np.asarray(adv)[-drawn.shape[0]:]
+  return {"replay/buffer_fill": float(np.asarray(state.valid).mean()),
+          "replay/advantage_abs_mean_replayed": float(
+              np.abs(replayed)[drawn].mean()) if drawn.any() else 0.0}
 
 
 # ------------------------------------------------------------ the config

@@ -1,10 +1,11 @@
-"""One step under RePO (arXiv 2506.09340; VARIANTS.md 4.9): each group's G
-fresh completions and K completions replayed from its prompt's own cache,
-in one batch of a fixed P * (G + K) rows.
+"""RePO's replayed rows as stages of `rollout.generate` (arXiv 2506.09340;
+VARIANTS.md 4.9): each group's G fresh completions and K completions
+replayed from its prompt's own cache, in one batch of a fixed P * (G + K)
+rows (``extra_rows`` in the strategy's metadata, `layout.step_rows`).
 
-`rollout.generate` hands the step here when the group strategy declares
-registry metadata ``extra_rows`` (``repo``). The strategy draws the round
-and returns the replayed rows (`strategies.repo.ReplayRows`, [P, K]); then:
+The strategy draws the round and returns the replayed rows
+(`strategies.repo.ReplayRows`, [P, K]); `rollout.added` runs this module's
+stages for them:
 
   rows      group p's rows are p * (G + K) + j: its G fresh members
             (j < G), then its K replay slots; an empty slot (the cache not
@@ -34,8 +35,8 @@ is decoupled (pi / pi_old clipped, weighted by pi_old / mu truncated at
 is_cap) rather than pi / mu clipped directly; the advantage's eps is the
 estimator's (grpo: 1e-6; the authors' 1e-4 is ``advantage.kwargs.eps``).
 
-What this path does not carry (train.validate refuses each, naming the
-field): reward shapers, member filters, non-identity credit rules, row
+What a step with these rows does not carry yet (train.validate refuses
+each, naming the field): reward shapers, member filters, non-identity credit rules, row
 strategies that read round fields, per-member temperatures, the sampler's
 top-K, HAPO's adaptive temperatures and entropy_hat, token-level or
 per-reward estimators, and estimators reading fields a cache entry does
@@ -43,16 +44,11 @@ not keep.
 """
 
 import inspect
-import time
 
-import jax
 import numpy as np
 
 from grpo_jax import groups as groups_lib
-from grpo_jax import rollout as rollout_lib
 from grpo_jax.rollout import layout
-from grpo_jax.rollout import measures as rollout_measures
-from grpo_jax import sampling
 from grpo_jax import strategies
 
 
@@ -106,62 +102,60 @@ def advantages(estimator, state, on_rewards, off_rewards, off_valid, *,
   return on, np.where(off_valid, off, 0.0).astype(np.float32), state
 
 
-def generate(params, ref_params, step: int, key, states, *, pipeline):
-  """`rollout.generate` under RePO: the same arguments and returns (Batch of
-  P * (G + K) rows, measurements, states)."""
-  c, states = pipeline.components, dict(states)
-  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
-  t0 = time.perf_counter()
-
-  selected, states["groups"] = rollout_lib.plain_selection(
-      params, step, key, states, pipeline=pipeline)
-  rnd, rep = selected.rounds[0], selected.replay
-  k = rep.valid.shape[1]
-  w = g + k
-  t1 = time.perf_counter()
-
-  weights = np.asarray(pipeline.weights, np.float32)
-  on_rewards = (np.asarray(rnd.rewards, np.float32) * weights).sum(-1)
+def estimate(added, estimator, state, groups, rnd, weights):
+  """(fresh [P, G], replayed [P, K], state): the estimator's advantages
+  (`advantages`) on each row's total reward; `groups` (the fresh groups'
+  full view) is not read: RePO's estimate reads one reward column."""
+  del groups
   on_mask = np.asarray(rnd.mask, np.float32)
-  off_mask = np.asarray(rep.mask, np.float32)
+  off_mask = np.asarray(added.mask, np.float32)
   seq = lambda logp, mask: (np.asarray(logp) * mask).sum(-1)
-  adv_on, adv_off, states["advantage"] = advantages(
-      c["advantage"], states["advantage"], on_rewards, rep.rewards,
-      rep.valid, mode=rep.advantage_mode,
+  return advantages(
+      estimator, state,
+      (np.asarray(rnd.rewards, np.float32)
+       * np.asarray(weights, np.float32)).sum(-1),
+      added.rewards, added.valid, mode=added.advantage_mode,
       on_extra=(seq(rnd.sampler_logp, on_mask), rnd.lengths),
-      off_extra=(seq(rep.behaviour_logp, off_mask), off_mask.sum(-1)),
+      off_extra=(seq(added.behaviour_logp, off_mask), off_mask.sum(-1)),
       prompt_index=rnd.prompt_index)
 
-  rows = lambda on, off: np.concatenate(
-      [np.asarray(on), np.asarray(off).astype(np.asarray(on).dtype)],
-      axis=1).reshape((p * w,) + np.shape(on)[2:])
-  tokens = rows(rnd.tokens, rep.tokens)
-  sample_mask = rows(on_mask, off_mask)
-  adv = rows(adv_on, adv_off)
-  replayed = np.tile(np.arange(w) >= g, p).astype(np.float32)
-  adv, loss_mask, _, states = rollout_lib.credit_and_rows(c, states, adv,
-                                                         sample_mask)
-  prompt_tokens, prompt_mask = sampling.pad_prompts(
-      rnd.prompt_ids, buckets=pipeline.sampler.prompt_buckets,
-      pad_id=pipeline.sampler.pad_id)
-  batch = pipeline.assemble(
-      params, ref_params, prompt_tokens, prompt_mask, tokens, sample_mask,
-      loss_mask, adv, sampler_logp=rows(rnd.sampler_logp,
-                                        rep.behaviour_logp),
-      replayed=replayed)
-  jax.block_until_ready((batch.old_logp, batch.ref_logp))
-  t2 = time.perf_counter()
 
-  measurements = rollout_measures.describe_fresh(
-      selected, adv, batch, pipeline, estimator=c["advantage"])
-  off_valid = np.asarray(rep.valid, bool)
-  measurements["repo/advantage_abs_mean_replayed"] = float(
-      np.abs(adv_off)[off_valid].mean()) if off_valid.any() else 0.0
-  measurements["repo/replayed_reward_mean"] = float(
-      np.asarray(rep.rewards)[off_valid].mean()) if off_valid.any() else 0.0
-  measurements.update(selected.measurements or {})
-  measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
-  return batch, measurements, states
+def join(added, episodes, added_adv):
+  """`episodes` (P x G fresh rows) with each group's K replay slots after
+  its G members: P * (G + K) rows, a block of G + K per prompt."""
+  p, k = added.valid.shape
+  g = episodes.num_rows // p
+  w = g + k
+
+  def rows(fresh, off):
+    fresh = np.asarray(fresh)
+    fresh = fresh.reshape((p, g) + fresh.shape[1:])
+    return np.concatenate([fresh, np.asarray(off).astype(fresh.dtype)],
+                          axis=1).reshape((p * w,) + fresh.shape[2:])
+  off_mask = np.asarray(added.mask, np.float32)
+  return episodes._replace(
+      tokens=rows(episodes.tokens, added.tokens),
+      sample_mask=rows(episodes.sample_mask, off_mask),
+      loss_mask=rows(episodes.loss_mask, off_mask),
+      advantages=rows(episodes.advantages, added_adv),
+      sampler_logp=rows(episodes.sampler_logp, added.behaviour_logp),
+      replayed=np.tile(np.arange(w) >= g, p).astype(np.float32))
+
+
+def finish(added, state, rnd, fresh_adv, *, weights, step):
+  """The strategy's state after the batch: unchanged (its cache took the
+  fresh round when it drew)."""
+  del added, rnd, fresh_adv, weights, step
+  return state
+
+
+def measures(added, added_adv, adv, state) -> dict:
+  """``repo/*``: the replayed rows' mean |A| and total reward."""
+  del adv, state
+  valid = np.asarray(added.valid, bool)
+  mean = lambda x: float(np.asarray(x)[valid].mean()) if valid.any() else 0.0
+  return {"repo/advantage_abs_mean_replayed": mean(np.abs(added_adv)),
+          "repo/replayed_reward_mean": mean(added.rewards)}
 
 
 # ------------------------------------------------------------ the config

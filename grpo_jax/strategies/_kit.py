@@ -47,8 +47,8 @@ class Selected(NamedTuple):
   measurements: Optional[Mapping[str, float]] = None
   # Rows that join the batch beside the picked groups' own (RePO's
   # replayed completions, `strategies.repo.ReplayRows`); None when none.
-  # Only a strategy declaring metadata ``extra_rows`` returns them, and its
-  # step runs through `grpo_jax.rollout.repo`.
+  # Only a strategy declaring metadata ``extra_rows`` or ``replay_rows``
+  # returns them; `grpo_jax.rollout.added` joins them to the batch.
   replay: Optional[Any] = None
 
 

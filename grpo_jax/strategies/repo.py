@@ -366,8 +366,8 @@ def repo(draw, num_prompts, *, state: RepoCache, layout, step, key,
   (`repo_retrieve`: highest_k, the authors' script; random_k with `key`;
   recent_k; max_variance_k; all), before the round's G completions are
   appended to it (a step never replays itself). The replayed rows join
-  the group's batch rows (`Selected.replay`; the step runs through
-  `grpo_jax.rollout.repo`: G + K rows per group, a fixed row count), with
+  the group's batch rows (`Selected.replay`; `grpo_jax.rollout.repo` joins
+  them: G + K rows per group, a fixed row count), with
   their stored sampler log-probs as the behaviour policy mu and their
   advantages the estimator's, on the fresh and replayed rewards apart
   (``advantage_mode="split"``, the authors' default) or together

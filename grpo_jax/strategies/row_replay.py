@@ -20,7 +20,7 @@ total reward and the step that drew it. Each step:
           itself.
 
 The strategy (`replay`) draws the round and the R rows; the push needs the
-fresh rows' advantages, so the step path (`grpo_jax.rollout.replay`) does
+fresh rows' advantages, so the step's stage (`grpo_jax.rollout.replay`) does
 it with `push_rows`. All array functions are pure and jit-able.
 """
 
