@@ -1,10 +1,12 @@
-"""Config checks shared by the step paths whose rows are not P x G groups
-of the plain pipeline: ragged groups (`rollout.budgets`), RePO's G + K rows
-(`rollout.repo`) and replayed rows (`rollout.replay`).
+"""Config checks shared by the steps whose rows are not P x G groups:
+ragged groups (`rollout.budgets`, a path of its own), RePO's G + K rows
+(`rollout.repo`) and replayed rows (`rollout.replay`), both stages of
+`rollout.generate`.
 
-Each path fills only some of the group data and carries none of the stages
-that read a round's own fields; these checks refuse the rest before any
-compute, naming the field and the fix (``why`` says which path refuses).
+Each fills only some of the group data, and the stages that read a
+round's own fields per row do not see the added rows yet; these checks
+refuse the rest before any compute, naming the field and the fix
+(``why`` says which layout refuses).
 """
 
 from grpo_jax import advantages
@@ -34,11 +36,12 @@ def check_fixed_budget(c, why: str) -> None:
 
 
 def check_plain_stages(c, why: str, *, rows: bool = True,
-                       fix: str = "") -> None:
-  """No member filter, an identity credit rule, no reward shapers, no
-  per-member temperatures, no sampler top-K or temperature rule and no
-  objective reading `entropy_hat`; with `rows`, a row strategy that reads
-  no round field. `fix` is appended to each fix (", or budget.name=fixed").
+                       shapers: bool = True, fix: str = "") -> None:
+  """No member filter, an identity credit rule, no per-member
+  temperatures, no sampler top-K or temperature rule and no objective
+  reading `entropy_hat`; with `shapers`, no reward shapers; with `rows`, a
+  row strategy that reads no round field. `fix` is appended to each fix
+  (", or budget.name=fixed").
   """
   r = c.rollout
   if c.get("filter", {}).get("name", "none") != "none":
@@ -51,7 +54,7 @@ def check_plain_stages(c, why: str, *, rows: bool = True,
     fail("rows.name", f"row strategy {c.rows.name!r} reads round fields "
          f"{why} does not keep", f"set --config.rows.name=all_rows{fix}")
   for field, value, off in (
-      ("rewards.shapers", dict(c.rewards.shapers), {}),
+      ("rewards.shapers", dict(c.rewards.shapers) if shapers else {}, {}),
       ("rollout.member_temperatures", tuple(r.member_temperatures), ()),
       ("rollout.record_topk", r.record_topk, 0),
       ("rollout.temperature_tau", r.temperature_tau, 0.0)):

@@ -28,9 +28,10 @@ the rows older than tau_max and draws R stored rows (|A| ** a);
   push      the fresh rows with a nonzero advantage and a non-empty mask
             enter the buffer after the draw (a step never replays itself).
 
-What a step with these rows does not carry yet (train.validate refuses
-each, naming the field): budgets, reward shapers, member filters, non-identity credit
-rules, row strategies reading round fields, per-member temperatures,
+Reward shapers are carried (a stored row keeps its total over every
+column). What a step with these rows does not carry yet (train.validate
+refuses each, naming the field): budgets, member filters, non-identity
+credit rules, row strategies reading round fields, per-member temperatures,
 HAPO's entropy_hat, whole-minibatch objectives, token-level estimators and
 estimators reading fields beyond rewards, lengths, log-probs, entropies and
 prompt ids (`rollout.checks.check_replay_stages` adds: top-K, per-token
@@ -145,7 +146,9 @@ def check_config(c, objective) -> None:
          f"level advantages, but {why} stores one advantage per row",
          "use grpo, dr_grpo or rloo")
   path_checks.check_estimator_reads(c, why, VIEW_FIELDS)
-  path_checks.check_plain_stages(c, why)
+  # Reward shapers are carried: the fresh groups and the stored rows
+  # read totals over every column.
+  path_checks.check_plain_stages(c, why, shapers=False)
   if objective.prepass is not None:
     fail("objective.name", f"objective {c.objective.name!r} takes "
          "statistics over the whole minibatch, which a stored row does not "

@@ -35,8 +35,9 @@ is decoupled (pi / pi_old clipped, weighted by pi_old / mu truncated at
 is_cap) rather than pi / mu clipped directly; the advantage's eps is the
 estimator's (grpo: 1e-6; the authors' 1e-4 is ``advantage.kwargs.eps``).
 
+Reward shapers are carried (the estimate reads totals over every column).
 What a step with these rows does not carry yet (train.validate refuses
-each, naming the field): reward shapers, member filters, non-identity credit rules, row
+each, naming the field): member filters, non-identity credit rules, row
 strategies that read round fields, per-member temperatures, the sampler's
 top-K, HAPO's adaptive temperatures and entropy_hat, token-level or
 per-reward estimators, and estimators reading fields a cache entry does
@@ -188,7 +189,9 @@ def check_config(c, objective) -> None:
          "rewards, give one advantage per row and honour GroupData.members)",
          "use grpo (the authors'), dr_grpo or rloo")
   path_checks.check_estimator_reads(c, why, VIEW_FIELDS)
-  path_checks.check_plain_stages(c, why)
+  # Reward shapers are carried: the estimate and the cache read totals
+  # over every column.
+  path_checks.check_plain_stages(c, why, shapers=False)
   if objective.prepass is not None:
     fail("objective.name", f"objective {c.objective.name!r} takes "
          "statistics over the whole minibatch, which would mix the fresh "
