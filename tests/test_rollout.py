@@ -24,6 +24,7 @@ from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax import rollout
 from grpo_jax.rollout import build as rollout_build
+from grpo_jax.rollout import fields as rollout_fields
 from grpo_jax import strategies
 from grpo_jax import testing
 from grpo_jax.rewards import verifiers
@@ -395,4 +396,17 @@ def test_generate_fills_the_group_data_an_estimator_reads(tiny_rollout):
   plain = spy._replace(reads=())
   run_generate(tiny_rollout, recording_reward, dynamic=False, estimator=plain)
   assert seen[0].answer_ids is None
+
+
+def test_optional_round_fields_come_from_what_a_stage_reads():
+  """The round computes a registered optional field only when a stage
+  reads one of the names it fills, and each field once."""
+  segments = rollout_fields.ROUND_FIELDS["segment_rewards"]
+  assert rollout_fields.round_fields(
+      ("rewards", "segment_rewards", "segment_ids", "lengths")) == [segments]
+  assert rollout_fields.round_fields(("rewards", "lengths", "valid")) == []
+  greedy, = rollout_fields.round_fields(("greedy_rewards",))
+  assert greedy.greedy_row and not segments.greedy_row
+  assert len(rollout_fields.round_fields(
+      ("answer_ids", "greedy_rewards", "segment_valid"))) == 3
 

@@ -12,11 +12,19 @@ picked groups (`gather`), the groups refilled from a buffer
 `rollout` and `rollout.measures` import this module; it imports neither.
 """
 
+from typing import Any, Callable, NamedTuple
+
 import numpy as np
 
 from grpo_jax import strategies
 from grpo_jax.rewards import shaping as shaping_lib
 from grpo_jax.rewards import verifiers as verifiers_lib
+
+
+def decode_completions(tokenizer, tokens, lengths) -> list:
+  """Texts of the completions, special tokens (end ids) dropped."""
+  return [tokenizer.decode(list(row[:n]), skip_special_tokens=True)
+          for row, n in zip(np.asarray(tokens), np.asarray(lengths))]
 
 
 def row_mean(values, mask) -> np.ndarray:
@@ -105,3 +113,66 @@ def gather(selected: strategies.Selected, field: str) -> np.ndarray:
   """[P, ...] of `field` over the picked (round, group) pairs."""
   return np.stack([getattr(selected.rounds[r], field)[i]
                    for r, i in selected.picks])
+
+
+# --------------------------------------------- optional fields of a round
+
+
+class RoundView(NamedTuple):
+  """What an optional round field is computed from: the round's P
+  `examples`, the sampler's output `out` (`rows` rows per prompt: its
+  `members` G members, then any extra row), the reward columns `rewards`
+  [P, rows, K], and the `pipeline` (`rollout.Pipeline`)."""
+  pipeline: Any
+  examples: list
+  out: Any
+  rewards: np.ndarray
+  rows: int
+  members: int
+
+
+class RoundField(NamedTuple):
+  """An optional array of a round, computed only when a stage reads it:
+  ``compute(RoundView) -> {Round field: [P, G, ...]}``; with `greedy_row`
+  the sampler adds one greedy row (temperature 0) after each prompt's G
+  members, scored and never trained on."""
+  compute: Callable
+  greedy_row: bool = False
+
+
+def _answer_ids(view: RoundView) -> dict:
+  # A member's class is the first member with its answer, never a later
+  # row: the greedy row changes no sampled member's id.
+  texts = decode_completions(view.pipeline.tokenizer, view.out.tokens,
+                             view.out.lengths)
+  return {"answer_ids": answer_ids(texts, view.rows)[:, :view.members]}
+
+
+def _greedy_rewards(view: RoundView) -> dict:
+  return {"greedy_rewards": view.rewards[:, view.members]}
+
+
+def _segments(view: RoundView) -> dict:
+  return segments(view.pipeline, view.examples, view.out, view.rows)
+
+
+_SEGMENTS = RoundField(_segments)
+# By the name a stage reads (an estimator's ``reads``): answer classes
+# (OPO-style grouping, SEED-GRPO), ReMax's greedy baseline, SD-GRPO's
+# segments.
+ROUND_FIELDS = {
+    "answer_ids": RoundField(_answer_ids),
+    "greedy_rewards": RoundField(_greedy_rewards, greedy_row=True),
+    "segment_rewards": _SEGMENTS, "segment_valid": _SEGMENTS,
+    "segment_ids": _SEGMENTS,
+}
+
+
+def round_fields(reads) -> list:
+  """The `RoundField`s the names in `reads` need, each once."""
+  wanted = []
+  for name in reads:
+    field = ROUND_FIELDS.get(name)
+    if field is not None and field not in wanted:
+      wanted.append(field)
+  return wanted

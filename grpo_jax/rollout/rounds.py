@@ -11,6 +11,7 @@ from grpo_jax import rewards as rewards_lib
 from grpo_jax import sampling
 from grpo_jax.rewards import shaping as shaping_lib
 from grpo_jax.rollout import fields as fields_lib
+from grpo_jax.rollout.fields import decode_completions
 from grpo_jax.rollout import references as references_lib
 from grpo_jax.runtime import sharding
 
@@ -141,12 +142,6 @@ def encode_prompts(tokenizer, examples, *, format_prompt: Callable,
   return ids
 
 
-def decode_completions(tokenizer, tokens, lengths) -> list:
-  """Texts of the completions, special tokens (end ids) dropped."""
-  return [tokenizer.decode(list(row[:n]), skip_special_tokens=True)
-          for row, n in zip(np.asarray(tokens), np.asarray(lengths))]
-
-
 def _score(pipeline: Pipeline, examples, out, g: int):
   """Verifier rewards [P*g, K_v] and error counts [K_v] of `g` rows per
   prompt; each process scores its own block of prompts, then the blocks
@@ -181,10 +176,10 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
                               system_prompt=s.system_prompt)
   prompt_tokens, prompt_mask = sampling.pad_prompts(
       prompt_ids, buckets=s.prompt_buckets, pad_id=s.pad_id)
-  # ReMax's greedy row (temperature 0) follows each prompt's G members:
-  # scored, its rewards kept as `greedy_rewards`, never trained on.
-  greedy_row = "greedy_rewards" in pipeline.components["advantage"].reads
-  members = member_temperatures(s, greedy_row=greedy_row)
+  # The optional fields the estimator reads; one may add a greedy row.
+  wanted = fields_lib.round_fields(pipeline.components["advantage"].reads)
+  members = member_temperatures(
+      s, greedy_row=any(field.greedy_row for field in wanted))
   w = members.size  # rows per prompt
   out = sharding.to_host(sampling.sample(
       params, pipeline.model_config, prompt_tokens, prompt_mask, key,
@@ -193,22 +188,13 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
       eos_ids=s.eos_ids, pad_id=s.pad_id, record_topk=s.record_topk,
       temperature_rule=temperature_rule))
   verified, errors = _score(pipeline, examples, out, w)
-  answer_ids = None
-  if "answer_ids" in pipeline.components["advantage"].reads:
-    # A member's class is the first member with its answer, never a later
-    # row: the greedy row changes no sampled member's id.
-    answer_ids = fields_lib.answer_ids(decode_completions(
-        pipeline.tokenizer, out.tokens, out.lengths), w)[:, :g]
-  segments = {}
-  if "segment_rewards" in pipeline.components["advantage"].reads:
-    segments = fields_lib.segments(pipeline, examples, out, w)
   shaped, shape_errors = shaping_lib.shape_columns(
       pipeline.shapers, shape_states or {}, shaping_lib.RoundData(
           lengths=np.asarray(out.lengths),
           verified=np.asarray(verified, np.float32),
           verifier_names=tuple(pipeline.verifiers),
           verifier_weights=pipeline.weights[:len(pipeline.verifiers)],
-          group_size=w, step=step,  # G + 1 with ReMax's greedy row
+          group_size=w, step=step,  # G + 1 with a greedy row
           prompt_index=np.repeat([e.index for e in examples], w),
           sampler_logp=out.tempered_logprobs, mask=out.mask,
           tokens=out.tokens))
@@ -217,6 +203,10 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
   grouped = lambda x: every_row(x)[:, :g]
   rewards = every_row(np.concatenate(
       [np.asarray(verified, np.float32), shaped], axis=-1))
+  view = fields_lib.RoundView(pipeline, examples, out, rewards, w, g)
+  optional = {}
+  for field in wanted:
+    optional.update(field.compute(view))
   # With HAPO's rule, the entropy at each row's own temperature (the
   # policy's, which its statistics are taken over), not at the adapted one.
   entropies = out.entropies if out.base_entropies is None else (
@@ -234,9 +224,7 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
       entropies=grouped(fields_lib.row_mean(entropies, out.mask)),
       token_entropies=grouped(np.asarray(entropies, np.float32)),
       prompt_index=np.asarray([e.index for e in examples], np.int32),
-      answer_ids=answer_ids,
-      greedy_rewards=rewards[:, g] if greedy_row else None, **segments,
-      **topk, token_temperatures=None if out.temperatures is None
+      **optional, **topk, token_temperatures=None if out.temperatures is None
       else grouped(np.asarray(out.temperatures, np.float32)))
 
 
