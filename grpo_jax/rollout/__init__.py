@@ -167,10 +167,11 @@ def select_groups(params, step: int, key, states, *, pipeline: Pipeline,
   return selected, states
 
 
-def group_data(selected, pipeline: Pipeline, *, divergence=None
+def group_data(selected, pipeline: Pipeline, **step_fields
                ) -> groups_lib.GroupData:
-  """What the estimator reads of the kept groups (`GroupData`); the
-  optional fields where the rounds hold them; `divergence`: SPO's [P]."""
+  """What the estimator reads of the kept groups (`GroupData`): the
+  optional round fields where the rounds hold them, and `step_fields`
+  (`fields.STEP_FIELDS`) by name."""
   gather = functools.partial(fields_lib.gather, selected)
   answer_ids = None
   if selected.rounds[0].answer_ids is not None:
@@ -187,7 +188,7 @@ def group_data(selected, pipeline: Pipeline, *, divergence=None
       prompt_index=jnp.asarray(gather("prompt_index"), jnp.int32),
       greedy_rewards=None if selected.rounds[0].greedy_rewards is None
       else jnp.asarray(gather("greedy_rewards"), jnp.float32),
-      divergence=divergence,
+      **step_fields,
       **{field: jnp.asarray(gather(field)) for field in SEGMENT_FIELDS
          if getattr(selected.rounds[0], field) is not None})
 
@@ -238,19 +239,15 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   pad_prompts = functools.partial(sampling.pad_prompts,
                                   buckets=pipeline.sampler.prompt_buckets,
                                   pad_id=pipeline.sampler.pad_id)
-  divergence, revisit_measures = None, {}
-  if "divergence" in c["advantage"].reads:  # SPO's KL-adaptive rho
-    prompt_tokens, prompt_mask = pad_prompts(prompt_ids)
-    # Each prompt's stored response rescored, then member 0's stored.
-    temperature = float(member_temperatures(pipeline.sampler)[0])
-    divergence, states["revisits"], revisit_measures = revisits_lib.revisit(
-        states["revisits"], revisits_lib.slots(
-            states["revisits"], gather("prompt_index"),
-            c["revisits"].prompt_ids), selected.valid,
-        prompt_tokens, prompt_mask, gather("tokens")[:, 0],
-        gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
-            params, *rows, temperature)[0])
-  groups = group_data(selected, pipeline, divergence=divergence)
+  step_fields, step_measures = {}, {}
+  for name in c["advantage"].reads:  # fields of the step a stage computes
+    if name in fields_lib.STEP_FIELDS:
+      stage, compute = fields_lib.STEP_FIELDS[name]
+      step_fields[name], states[stage], measures = compute(
+          params, selected, states[stage], c[stage], pipeline=pipeline,
+          gather=gather)
+      step_measures.update(measures)
+  groups = group_data(selected, pipeline, **step_fields)
   # The member filter (GFPO, BPPO): kept rows [N] (None: all), a token
   # mask, and GroupData.members where the estimator sees only the kept.
   groups, kept_rows, kept_tokens, filter_state, filter_measures = (
@@ -333,7 +330,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     measurements.update(stage.measures(added, added_adv, adv,
                                        states["groups"]))
   measurements.update(credit_lib.measurements(c["credit"].name, credited))
-  measurements.update(revisit_measures)
+  measurements.update(step_measures)
   measurements.update(filter_measures)
   measurements.update(selected.measurements or {})
   measurements.update(entropy_measures)

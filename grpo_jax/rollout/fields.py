@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from grpo_jax import strategies
+from grpo_jax.rollout import revisits as revisits_lib
 from grpo_jax.rewards import shaping as shaping_lib
 from grpo_jax.rewards import verifiers as verifiers_lib
 
@@ -176,3 +177,12 @@ def round_fields(reads) -> list:
     if field is not None and field not in wanted:
       wanted.append(field)
   return wanted
+
+
+# ----------------------------------------------- optional fields of a step
+
+# GroupData arrays computed over the step's kept groups with a stage's
+# state, by the name an estimator reads: name -> (the stage whose state it
+# reads and updates, ``compute(params, selected, state, component, *,
+# pipeline, gather) -> (array, state, measurements)``).
+STEP_FIELDS = {"divergence": ("revisits", revisits_lib.step_divergence)}

@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax import sampling
 from grpo_jax.data import prompt_ids as prompt_ids_lib
 
 
@@ -178,3 +179,24 @@ def revisit(memory: Revisits, prompt_index, write, prompt_tokens,
       "revisits/revisited_share": float((seen & valid).sum() / count)}
   return gap, store(memory, prompt_index, tokens, mask, logp[num_prompts:],
                     write), measures
+
+
+def step_divergence(params, selected, memory: Revisits, component, *,
+                    pipeline, gather) -> tuple:
+  """The step field ``divergence`` (`rollout.fields.STEP_FIELDS`): (D [P],
+  the new memory, measurements). Each kept group's stored response is
+  rescored under `params`, then its member 0's response stored; `component`
+  is the bound ``revisits`` stage (its ``prompt_ids`` mode), `gather` the
+  picked groups' round fields [P, ...]."""
+  s = pipeline.sampler
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      [selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
+      buckets=s.prompt_buckets, pad_id=s.pad_id)
+  # Member 0's temperature: the stored response's.
+  temperature = float(np.asarray(s.member_temperatures or (s.temperature,),
+                                 np.float32)[0])
+  return revisit(
+      memory, slots(memory, gather("prompt_index"), component.prompt_ids),
+      selected.valid, prompt_tokens, prompt_mask, gather("tokens")[:, 0],
+      gather("mask")[:, 0], score=lambda *rows: pipeline.logprobs(
+          params, *rows, temperature)[0])
