@@ -226,10 +226,9 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
             params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
         pipeline.task.train_indices())
 
-  # HAPO's entropy-adaptive sampler: the previous step's statistics.
-  entropy_stage = c.get("temperature")
-  rule = None if entropy_stage is None else entropy_stage.rule(
-      states.get("temperature") or entropy_stage.init())
+  # The sampler's temperature rule (HAPO's), from the previous step's
+  # statistics; None for the plain sampler.
+  rule = c["temperature"].rule(states["temperature"])
   selected, states = select_groups(params, step, key, states,
                                    pipeline=pipeline, temperature_rule=rule)
   gather = functools.partial(fields_lib.gather, selected)
@@ -298,15 +297,12 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       row_reads={name: rows(gather(name)) for name in c["rows"].reads})
   topk = {name: rows(gather(name)) for name in TOPK_FIELDS
           if getattr(selected.rounds[0], name) is not None}
-  entropy, entropy_measures = {}, {}
-  if entropy_stage is not None and entropy_stage.active:
-    entropy, stats, entropy_measures = entropy_norm.batch_entropy_hat(
-        entropy_stage, rule, rows(gather("token_entropies")), loss_mask,
-        sample_mask, token_temperatures=None if rule is None
-        else rows(gather("token_temperatures")),
-        base=np.tile(member_temperatures(pipeline.sampler), p))
-    if rule is not None:  # the next step's sampler reads these
-      states["temperature"] = entropy_norm.newer(stats, rule.stats)
+  # The sampler-temperature stage's batch fields (HAPO's h_hat).
+  entropy, states["temperature"], entropy_measures = (
+      c["temperature"].batch_fields(
+          states["temperature"], rule, lambda name: rows(gather(name)),
+          loss_mask, sample_mask,
+          np.tile(member_temperatures(pipeline.sampler), p)))
   prompt_tokens, prompt_mask = pad_prompts(episodes.prompt_ids)
   batch = pipeline.assemble(
       params, ref_params, prompt_tokens, prompt_mask, episodes.tokens,

@@ -189,6 +189,21 @@ class EntropyTemperature(NamedTuple):
       return None
     return TemperatureRule(jnp.float32(self.tau), state)
 
+  def batch_fields(self, state, rule, rows, loss_mask, sample_mask, base):
+    """(the batch's `assemble` keywords, the new state, measurements) after
+    the credit stage (`batch_entropy_hat`); nothing when inactive.
+    `rows(name)`: a round field of the step's rows [N, ...]; `base` [N]:
+    each row's own temperature."""
+    if not self.active:
+      return {}, state, {}
+    fields, stats, measures = batch_entropy_hat(
+        self, rule, rows("token_entropies"), loss_mask, sample_mask,
+        token_temperatures=None if rule is None
+        else rows("token_temperatures"), base=base)
+    if rule is not None:  # the next step's sampler reads these
+      state = newer(stats, rule.stats)
+    return fields, state, measures
+
 
 # One compiled program per batch shape.
 _normalised_entropy = jax.jit(normalised_entropy,
