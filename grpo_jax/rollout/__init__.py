@@ -411,13 +411,12 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
     return budget_rollout.generate(params, ref_params, step, key, states,
                                    pipeline=pipeline)
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
-      "extra_rows"):  # RePO: G + K rows per group
+  groups_meta = strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta
+  if groups_meta.extra_rows:  # RePO: G + K rows per group
     from grpo_jax.rollout import repo as repo_rollout  # pylint: disable=g-import-not-at-top
     return repo_rollout.generate(params, ref_params, step, key, states,
                                  pipeline=pipeline)
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get(
-      "replay_rows"):  # row replay: P * G fresh + R stored rows
+  if groups_meta.replay_rows:  # row replay: P * G fresh + R stored rows
     from grpo_jax.rollout import replay as replay_rollout  # pylint: disable=g-import-not-at-top
     return replay_rollout.generate(params, ref_params, step, key, states,
                                    pipeline=pipeline)
@@ -556,7 +555,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   # Groups refilled from a buffer (POPO): marked in every step's batch (one
   # structure), so the on-policy update leaves them out of the sampler gap.
   replayed = {}
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
+  if groups_meta.replays:
     replayed["replayed"] = np.repeat(fields_lib.replayed_groups(selected),
                                      g).astype(np.float32)
   batch = pipeline.assemble(
