@@ -20,8 +20,15 @@ import jax.numpy as jnp
 
 from grpo_jax import registry
 
+
+class AggregationMeta(NamedTuple):
+  """What an aggregation declares when it registers (`AGGREGATIONS`)."""
+  needs_horizon: bool = False  # its count takes horizon= (a positive int)
+
+
 AGGREGATIONS = registry.Registry("aggregation",
-                                 positional=("masked", "lengths"))
+                                 positional=("masked", "lengths"),
+                                 meta=AggregationMeta)
 
 
 class SumCount(NamedTuple):
@@ -67,7 +74,7 @@ def check_mode(mode: str, horizon: Optional[int] = None) -> None:
   if mode not in AGGREGATIONS:
     raise ValueError(
         f"aggregation={mode!r} is unknown; choose one of {', '.join(MODES)}.")
-  if (AGGREGATIONS.entry(mode).meta.get("needs_horizon")
+  if (AGGREGATIONS.entry(mode).meta.needs_horizon
       and (horizon is None or horizon <= 0)):
     raise ValueError(
         f"aggregation={mode!r} needs horizon= (a positive constant, usually "

@@ -296,7 +296,7 @@ def prompt_shapers(config) -> dict:
   from grpo_jax.rewards import shapers as shapers_lib  # pylint: disable=g-import-not-at-top
   return {name: dict(options)
           for name, options in config.rewards.get("shapers", {}).items()
-          if shapers_lib.SHAPERS.entry(name).meta.get("instruction")}
+          if shapers_lib.SHAPERS.entry(name).meta.instruction}
 
 
 def as_prompted(config, examples: Sequence[data_lib.Example]) -> list:

@@ -3,11 +3,22 @@ KL estimators, aggregations, reward functions, ...) is a `Registry`.
 
 An entry registers where it is defined, with a decorator:
 
-  OBJECTIVES = registry.Registry("objective")
+  class ObjectiveMeta(NamedTuple):
+    level: str  # "token" or "sequence"
+    paper: str = ""
+
+  OBJECTIVES = registry.Registry("objective", meta=ObjectiveMeta)
 
   @OBJECTIVES.register(level="token", examples=({}, {"clip_high": 0.28}))
   def ppo_clip(logp, old_logp, advantages, mask, *, clip_low=0.2, ...):
     ...
+
+Each kind's metadata is a NamedTuple (``meta=``) defined next to its
+registry: a field without a default is a key every entry must declare, the
+others take their defaults, and an unknown key is an error when the entry
+registers (a typo never silently reads as the default); readers use
+attribute access (``entry.meta.level``). A kind without a meta type
+declares none (`NoMeta`).
 
 `names()` and `get(name)` (the function) come from here, with one error
 message for an unknown name, and `check_options(name, options)` gives one
@@ -24,7 +35,8 @@ import contextlib
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Tuple
+from typing import (Any, Callable, Dict, Iterator, Mapping, NamedTuple, Tuple,
+                    Type)
 
 
 class OptionError(ValueError):
@@ -79,48 +91,69 @@ def check_choice(key: str, value, choices) -> None:
                       f"{', '.join(map(str, choices))}.")
 
 
+class NoMeta(NamedTuple):
+  """The metadata of a kind that declares none: any key is an error."""
+
+
 class Entry(NamedTuple):
   """One registered component.
 
   Attributes:
     name: the name a config uses.
     fn: the pure function.
-    meta: kind-specific metadata (level, paper, state, ...).
+    meta: its kind's metadata NamedTuple (level, paper, state, ...), the
+      defaults filled in.
     examples: keyword arguments the contract suites call `fn` with; the
       first is usually ``{}`` (the defaults).
   """
   name: str
   fn: Callable
-  meta: Mapping[str, Any]
+  meta: Any
   examples: Tuple[Mapping[str, Any], ...]
+
+
+def typed_meta(kind: str, name: str, meta_type, meta: Mapping[str, Any]):
+  """`meta_type(**meta)`, or a ValueError naming the kind, the entry and the
+  unknown or missing key."""
+  fields = meta_type._fields
+  unknown = [key for key in meta if key not in fields]
+  if unknown:
+    raise ValueError(
+        f"{kind} {name!r} registers unknown metadata {unknown[0]!r}; known: "
+        f"{', '.join(fields) or '(none)'}.")
+  missing = [key for key in fields
+             if key not in meta and key not in meta_type._field_defaults]
+  if missing:
+    raise ValueError(
+        f"{kind} {name!r} must declare {', '.join(missing)} when it "
+        f"registers (e.g. @register({missing[0]}=...)).")
+  return meta_type(**meta)
 
 
 class Registry:
   """Name -> `Entry` for one kind of component."""
 
   def __init__(self, kind: str, *, positional: Tuple[str, ...] = (),
-               required: Tuple[str, ...] = ()):
+               meta: Type[NamedTuple] = NoMeta):
     """`kind` names the component in messages; `positional` lists the array
-    arguments every entry takes before its keyword options; `required` the
-    metadata keys every entry must declare (checked when it registers)."""
+    arguments every entry takes before its keyword options; `meta` is the
+    NamedTuple of its entries' metadata (its fields without a default are
+    the keys every entry must declare, checked when it registers)."""
     self.kind = kind
     self.positional = tuple(positional)
-    self.required = tuple(required)
+    self.meta_type = meta
     self._entries: Dict[str, Entry] = {}
 
   def register(self, name: str = "", *, examples=({},), **meta):
-    """Decorator: registers ``fn`` under `name` (default: its __name__)."""
+    """Decorator: registers ``fn`` under `name` (default: its __name__)
+    with `meta`, the keyword arguments of the kind's meta type."""
     def decorate(fn):
       key = name or fn.__name__
       if key in self._entries and self._entries[key].fn is not fn:
         raise ValueError(f"{self.kind} {key!r} is registered twice.")
-      missing = [m for m in self.required if m not in meta]
-      if missing:
-        raise ValueError(
-            f"{self.kind} {key!r} must declare {', '.join(missing)} when it "
-            f"registers (e.g. @register({missing[0]}=...)).")
-      self._entries[key] = Entry(key, fn, dict(meta),
-                                 tuple(dict(e) for e in examples))
+      self._entries[key] = Entry(
+          key, fn, typed_meta(self.kind, key, self.meta_type, meta),
+          tuple(dict(e) for e in examples))
       return fn
     return decorate
 
@@ -181,7 +214,7 @@ class Registry:
     `OptionError` it raises is re-raised as ``<field>.<option>: ...``.
     (Only for kinds whose ``check`` takes the options alone: credit rules,
     advantage estimators.)"""
-    check = self.entry(name).meta.get("check")
+    check = getattr(self.entry(name).meta, "check", None)
     if check is None:
       return
     try:

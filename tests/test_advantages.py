@@ -192,7 +192,7 @@ def test_collapse_rate_is_the_share_of_all_zero_groups():
   (equal weights would let GDPO's and DVAO's normalised opposite rewards in
   group 1 cancel; see `groups.has_signal`)."""
   zero_for_constant = [name for name in advantages.names()
-                       if advantages.meta(name)["constant_group_zero"]]
+                       if advantages.meta(name).constant_group_zero]
   for weights in ([1.0, 0.0], [1.0, 0.5], [0.5, 2.0]):
     # Nonempty completions (EDGE-GRPO gives an empty one 0), and every
     # field an estimator may read (entropies, answer ids, ...).

@@ -83,7 +83,7 @@ def test_masked_equals_dropped_tokens(mode):
 
 # A constant normaliser counts every row, empty or not.
 PER_ROW = [m for m in MODES
-           if not aggregation.AGGREGATIONS.entry(m).meta.get("needs_horizon")]
+           if not aggregation.AGGREGATIONS.entry(m).meta.needs_horizon]
 
 
 @pytest.mark.parametrize("mode", PER_ROW)

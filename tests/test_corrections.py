@@ -49,7 +49,7 @@ def arrays(seed=0, spread=0.6):
 
 def run(name, a, **options):
   out = corrections.get(name)(a["mask"], **{
-      k: a[k] for k in corrections.CORRECTIONS.entry(name).meta["reads"]},
+      k: a[k] for k in corrections.CORRECTIONS.entry(name).meta.reads},
                               **options)
   return (np.asarray(out.weights, np.float64), np.asarray(out.truncated),
           np.asarray(out.statistic, np.float64))

@@ -359,7 +359,7 @@ def test_row_rules_need_a_group_estimator_and_token_objective():
   config.objective.kwargs = {}
   with pytest.raises(ValueError, match=r"credit\.name.*sequence-level"):
     train_lib.validate(config)
-  assert advantages.ESTIMATORS.entry("sd_grpo").meta["output"] == "token"
+  assert advantages.ESTIMATORS.entry("sd_grpo").meta.output == "token"
 
 
 # ------------------------------------------- learning off policy (trivial)

@@ -270,7 +270,7 @@ def test_gpg_objective_is_minus_a_logp_over_tokens():
   np.testing.assert_allclose(testing.numpy(grad),
                              -adv[:, None] * mask / 5, atol=1e-7)
   meta = objectives.OBJECTIVES.entry("gpg").meta
-  assert meta["mechanism"] is None and meta["level"] == "token"
+  assert meta.mechanism is None and meta.level == "token"
 
 
 # ---------------------------------------------------- asymmetric KL

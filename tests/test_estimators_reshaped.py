@@ -98,8 +98,8 @@ def test_ngrpo_shifts_every_group_down():
   assert out[2, 0] > out[0, 0]  # closer to r_max, a smaller penalty
   assert not np.allclose(testing.numpy(advantages.ngrpo(r + 0.5)), out)
   info = advantages.meta("ngrpo")
-  assert not info["shift_invariant"] and not info["constant_group_zero"]
-  assert info["reward_range"] == (-math.inf, 1.0)
+  assert not info.shift_invariant and not info.constant_group_zero
+  assert info.reward_range == (-math.inf, 1.0)
 
 
 def test_ngrpo_group_of_one_gives_zero():
@@ -423,9 +423,8 @@ def test_edge_grpo_entropies_carry_no_gradient():
 
 
 def test_edge_grpo_batch_mean_couples_groups_and_checks_options():
-  assert not advantages.meta("edge_grpo")["independent_groups"]
-  assert advantages.meta("edge_grpo", normalizer="group")[
-      "independent_groups"]
+  assert not advantages.meta("edge_grpo").independent_groups
+  assert advantages.meta("edge_grpo", normalizer="group").independent_groups
   c = importlib.import_module("configs.edge_grpo").get_config()
   train_lib.validate(c)
   c.advantage.kwargs.normalizer = "microbatch"

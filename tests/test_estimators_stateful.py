@@ -314,8 +314,8 @@ def test_records_carry_the_state_and_bind_options():
   assert isinstance(avspo.init(), advantages.AVSPOState)
   adv, _ = avspo.estimate(avspo.init(), data)
   assert float(adv[0, 0]) < 0  # the gate opened at once
-  assert advantages.meta("ebpo")["constant_group_zero"] is False
-  assert advantages.meta("avspo")["independent_groups"] is False
+  assert advantages.meta("ebpo").constant_group_zero is False
+  assert advantages.meta("avspo").independent_groups is False
   with pytest.raises(ValueError, match=r"'state'.*use one of"):
     advantages.make("ebpo", state=SPEC_STATE)  # the trainer passes it
 

@@ -252,7 +252,7 @@ def test_bnpo_is_not_shift_invariant():
   plain = advantages.bnpo(BINARY[..., None] * 0.5, None)
   assert not np.allclose(testing.numpy(shifted), testing.numpy(plain),
                          atol=1e-3)
-  assert not advantages.meta("bnpo")["shift_invariant"]
+  assert not advantages.meta("bnpo").shift_invariant
 
 
 def test_bnpo_decomposition_averages_weighted_columns():
@@ -526,7 +526,7 @@ def test_declared_reward_ranges_hold():
       (0.0, 1.0), (0.0, 1.0), (-1.0, 0.0))
   completions = ["The sum is \\boxed{7}", "7", "\\boxed{8} and more", ""]
   for name in ("accuracy", "format"):
-    lo, hi = rewards.VERIFIERS.entry(name).meta["range"]
+    lo, hi = rewards.VERIFIERS.entry(name).meta.range
     values = np.asarray(rewards.get(name)(["q"] * 4, completions, ["7"] * 4))
     assert np.all((lo <= values) & (values <= hi)), (name, values)
     assert len(set(values)) == 2  # both ends reached here
@@ -535,13 +535,13 @@ def test_declared_reward_ranges_hold():
 def test_every_estimator_declares_its_needs():
   for name in advantages.names():
     info = advantages.meta(name)
-    assert info["min_reward_columns"] >= 1
-    assert info["reward_range_of"] in ("sum", "columns")
-    domain = info["reward_range"]
+    assert info.min_reward_columns >= 1
+    assert info.reward_range_of in ("sum", "columns")
+    domain = info.reward_range
     assert domain is None or domain[0] < domain[1]
-  assert advantages.meta("bnpo", r_min=-2.0, r_max=3.0)["reward_range"] == (
+  assert advantages.meta("bnpo", r_min=-2.0, r_max=3.0).reward_range == (
       -2.0, 3.0)
-  assert advantages.meta("bnpo", decompose=False)["reward_range_of"] == "sum"
+  assert advantages.meta("bnpo", decompose=False).reward_range_of == "sum"
 
 
 @pytest.mark.parametrize("name", NAMES)

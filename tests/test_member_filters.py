@@ -173,8 +173,8 @@ def test_an_estimator_that_does_not_honour_members_refuses_them():
                      r"grpo, rloo"):
     advantages.make("opo").estimate((), data)
   assert set(advantages.honouring_members()) >= {"grpo", "dr_grpo", "rloo"}
-  assert advantages.meta("grpo")["members"]
-  assert not advantages.meta("opo")["members"]
+  assert advantages.meta("grpo").members
+  assert not advantages.meta("opo").members
   with pytest.raises(ValueError, match="members"):
     advantages.make("grpo", members=None)  # group data, not an option
 

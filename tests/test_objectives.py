@@ -33,7 +33,7 @@ def raw(name):
     return functools.partial(fn, key=jax.random.PRNGKey(0))
   return fn
 TOKEN_LEVEL = [n for n in ALL
-               if objectives.OBJECTIVES.entry(n).meta["level"] == "token"]
+               if objectives.OBJECTIVES.entry(n).meta.level == "token"]
 
 
 # ------------------------------------------------------------ test helpers

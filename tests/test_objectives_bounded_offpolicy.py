@@ -359,7 +359,7 @@ def test_f_tis_bad_options():
 def test_spo_simple_is_cfpo_registered_again():
   assert objectives.get("spo_simple") is objectives.get("cfpo")
   assert objectives.spo_simple is objectives.cfpo
-  assert objectives.OBJECTIVES.entry("spo_simple").meta["paper"] == (
+  assert objectives.OBJECTIVES.entry("spo_simple").meta.paper == (
       "2401.16025")
 
 
@@ -841,7 +841,7 @@ def test_sampler_padding_is_ignored_and_rows_split_exactly(name):
   count = objective.count(mask)
   whole = {}  # the whole batch's pre-pass statistics (F-TIS's kept count)
   if objective.prepass is not None:
-    whole = objectives.OBJECTIVES.entry(name).meta["prepass"].loss_kwargs(
+    whole = objectives.OBJECTIVES.entry(name).meta.prepass.loss_kwargs(
         objective.prepass(logp, old, adv, mask, sampler_logp=sampler))
   halves = [fn(logp[s], old[s], adv[s], mask[s], sampler_logp=sampler[s],
                **whole)[1] for s in (slice(0, 3), slice(3, 6))]

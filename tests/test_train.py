@@ -510,7 +510,7 @@ def learn(objective, *, estimator="grpo", weights=(1.0, 0.0)):
   the share of TARGET tokens (the reward recorded) and whether the first
   token is TARGET.
   """
-  level = objectives.OBJECTIVES.entry(objective).meta["level"]
+  level = objectives.OBJECTIVES.entry(objective).meta.level
   record = objectives.make(objective, **(
       {"aggregation": "token_mean"} if level == "token" else {}))
 
@@ -547,8 +547,8 @@ OWN_SAMPLE = ("greedy_rewards", "segment_rewards")
 
 @pytest.mark.parametrize("estimator", [
     name for name in advantages.names()
-    if advantages.meta(name)["state"] is None
-    and not set(advantages.meta(name)["reads"]) & set(OWN_SAMPLE)])
+    if advantages.meta(name).state is None
+    and not set(advantages.meta(name).reads) & set(OWN_SAMPLE)])
 def test_every_stateless_estimator_learns_a_trivial_task(estimator):
   """Both reward columns weigh 1, so DVAO has two to weigh and BNPO two to
   decompose (each in [0, 1]); stateful estimators learn in

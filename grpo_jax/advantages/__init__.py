@@ -41,10 +41,10 @@ where filler groups (``groups.valid`` False) get 0 and enter no batch
 statistic. A new estimator is one function in a family file under
 ``@_kit.register(input=..., output=..., paper=..., examples=...)``; the
 contract suite (tests/contracts/test_estimators.py) then runs it. Its
-metadata also says which rewards it takes (``reward_range``,
-``min_reward_columns``): `check_reward_columns` holds a config's reward
-columns to them before any compute. One that takes options declares
-``check=``, their values' domains (`_kit.check_real`, ``check_int``,
+metadata (`_kit.EstimatorMeta`) also says which rewards it takes
+(``reward_range``, ``min_reward_columns``): `check_reward_columns` holds a
+config's reward columns to them before any compute. One that takes options
+declares ``check=``, their values' domains (`_kit.check_real`, ``check_int``,
 ``check_choice``, ``check_std_options``): `make` and `train.validate`
 refuse a bad value with a `registry.OptionError` naming the option
 (``config.advantage.kwargs.<option>: ...``); the contract suite holds a
@@ -156,7 +156,7 @@ def _zero_outside(advantages, members):
 
 def honouring_members() -> Tuple[str, ...]:
   """The estimators that honour `GroupData.members` (metadata ``members``)."""
-  return tuple(n for n in names() if ESTIMATORS.entry(n).meta.get("members"))
+  return tuple(n for n in names() if ESTIMATORS.entry(n).meta.members)
 
 
 def check_options(name: str, options: Mapping[str, Any], *,
@@ -173,12 +173,15 @@ def check_options(name: str, options: Mapping[str, Any], *,
                           field=field)
 
 
-def meta(name: str, **options) -> dict:
-  """`name`'s metadata, option-dependent entries resolved for `options`
-  (``independent_groups`` of ``grpo`` is False for ``scale="batch"``);
-  ``state`` is None or the `StateSpec` of a stateful estimator."""
-  return {key: value(**options) if callable(value) and key != "check"
-          else value for key, value in ESTIMATORS.entry(name).meta.items()}
+def meta(name: str, **options) -> _kit.EstimatorMeta:
+  """`name`'s `_kit.EstimatorMeta`, its fields given as functions of the
+  options resolved for `options` (``independent_groups`` of ``grpo`` is
+  False for ``scale="batch"``); ``check`` stays a function, ``state`` is
+  None or the `StateSpec` of a stateful estimator."""
+  declared = ESTIMATORS.entry(name).meta
+  return declared._replace(**{
+      key: value(**options) for key, value in declared._asdict().items()
+      if callable(value) and key != "check"})
 
 
 def make(name: str, **options) -> Estimator:
@@ -195,7 +198,7 @@ def make(name: str, **options) -> Estimator:
   entry = ESTIMATORS.entry(name)
   check_options(name, options)
   fn = functools.partial(entry.fn, **_accepted(entry.fn, options))
-  spec = entry.meta.get("state")
+  spec = entry.meta.state
   offline = None
   if spec is None:
     init = lambda: ()
@@ -206,10 +209,10 @@ def make(name: str, **options) -> Estimator:
     if spec.offline is not None:
       offline = functools.partial(spec.offline,
                                   **_accepted(spec.offline, options))
-  inputs = _INPUTS[entry.meta["input"]]
-  zero_fillers = _ZERO_FILLERS[entry.meta["output"]]
-  reads = meta(name, **options)["reads"]
-  honours = bool(entry.meta.get("members", False))
+  inputs = _INPUTS[entry.meta.input]
+  zero_fillers = _ZERO_FILLERS[entry.meta.output]
+  reads = meta(name, **options).reads
+  honours = bool(entry.meta.members)
 
   def estimate(state, groups: GroupData):
     missing = [field for field in reads if getattr(groups, field) is None]
@@ -233,8 +236,8 @@ def make(name: str, **options) -> Estimator:
                                                          bool))
     return advantages, state
 
-  return Estimator(name=name, input=entry.meta["input"],
-                   output=entry.meta["output"], init=init, estimate=estimate,
+  return Estimator(name=name, input=entry.meta.input,
+                   output=entry.meta.output, init=init, estimate=estimate,
                    reads=reads, members=honours, offline=offline)
 
 
@@ -265,23 +268,23 @@ def check_reward_columns(name: str, options: Mapping[str, Any], *,
   """
   info = meta(name, **options)
   used = [(c, w, r) for c, w, r in zip(columns, weights, ranges) if w != 0]
-  if len(used) < info["min_reward_columns"]:
+  if len(used) < info.min_reward_columns:
     raise ValueError(
         f"advantage estimator {name!r} needs at least "
-        f"{info['min_reward_columns']} reward columns of nonzero weight, "
+        f"{info.min_reward_columns} reward columns of nonzero weight, "
         f"but the config gives {len(used)} "
         f"({', '.join(c for c, _, _ in used) or 'none'}); add a reward "
         "function (rewards.functions) or a shaper (rewards.shapers)")
-  if info["reward_range"] is None:
+  if info.reward_range is None:
     return
-  lo, hi = info["reward_range"]
-  what, change = _RANGE_OF[info["reward_range_of"]]
+  lo, hi = info.reward_range
+  what, change = _RANGE_OF[info.reward_range_of]
   needs = f"advantage estimator {name!r} needs {what} in [{lo:g}, {hi:g}]"
   undeclared = [c for c, _, r in used if r is None]
   if undeclared:
     raise ValueError(f"{needs}, but reward {undeclared[0]!r} declares no "
                      "range; declare range=(lo, hi) where it registers")
-  if info["reward_range_of"] == "columns":
+  if info.reward_range_of == "columns":
     reached = [(repr(c), r) for c, _, r in used]
   else:  # each term's ends in order: a negative weight swaps them
     reached = [(" + ".join(f"{w:g}*{c}" for c, w, _ in used),

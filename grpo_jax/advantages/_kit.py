@@ -2,18 +2,12 @@
 std helpers that keep a constant group at exactly 0 (never 0/0 = NaN)."""
 
 import inspect
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import jax.numpy as jnp
 
 from grpo_jax import groups as groups_lib
 from grpo_jax import registry
-
-# A stateful estimator takes its state right after the rewards; neither is an
-# option.
-ESTIMATORS = registry.Registry("advantage estimator",
-                               positional=("rewards", "state"))
-
 
 class StateSpec(NamedTuple):
   """How a stateful estimator's state starts (metadata ``state``).
@@ -34,6 +28,37 @@ class StateSpec(NamedTuple):
   """
   init: Callable
   offline: Optional[Callable] = None
+
+
+class EstimatorMeta(NamedTuple):
+  """What an estimator declares when it registers (`register` says more).
+  A field given as a function of the options is resolved by
+  `advantages.meta(name, **options)`."""
+  input: str  # "PG" (sum_k w_k R_k, [P, G]) or "PGK" ([P, G, K])
+  output: str  # "group" ([P, G] advantages) or "token" ([N, T])
+  paper: str  # arXiv id (or a short reference)
+  constant_group_zero: bool = True  # equal rewards give exactly 0
+  # A group's advantages depend on its own rewards only (or a predicate).
+  independent_groups: Any = True
+  shift_invariant: bool = True  # a constant added to rewards changes nothing
+  reads: Any = ()  # GroupData fields it takes (or a function of the options)
+  state: Optional[StateSpec] = None  # a stateful estimator's state
+  # The (lo, hi) its rewards must lie in (or a function); None: any.
+  reward_range: Any = None
+  reward_range_of: Any = "sum"  # "sum" or "columns": what must lie there
+  min_reward_columns: int = 1  # the fewest reward columns of nonzero weight
+  members: bool = False  # it honours GroupData.members (a filter's subset)
+  # How a per-prompt table in its state takes prompt ids: "exact", "hash"
+  # (or a function of the options); None: it keeps none.
+  prompt_ids: Any = None
+  check: Optional[Callable] = None  # check(**options): OptionError if bad
+
+
+# A stateful estimator takes its state right after the rewards; neither is an
+# option.
+ESTIMATORS = registry.Registry("advantage estimator",
+                               positional=("rewards", "state"),
+                               meta=EstimatorMeta)
 
 
 def register(*, input: str, output: str, paper: str,  # pylint: disable=redefined-builtin
@@ -107,19 +132,19 @@ def all_reads(name: str) -> Tuple[str, ...]:
   its ``reads``, or, where those depend on the options, the fields its
   function takes as keyword arguments."""
   meta = ESTIMATORS.entry(name).meta
-  reads = meta["reads"]
+  reads = meta.reads
   if callable(reads):
     params = inspect.signature(ESTIMATORS.get(name)).parameters
     reads = tuple(f for f in groups_lib.GroupData._fields if f in params)
   # `members` reaches an estimator that honours it, never as an option.
-  extra = ("members",) if meta.get("members") and "members" not in reads else ()
+  extra = ("members",) if meta.members and "members" not in reads else ()
   return tuple(reads) + extra
 
 
 def state_options(name: str) -> Tuple[str, ...]:
   """The keyword options of `name`'s state ``init`` (and of its
   ``offline`` initialisation, keyword-only); () when stateless."""
-  spec = ESTIMATORS.entry(name).meta["state"]
+  spec = ESTIMATORS.entry(name).meta.state
   if spec is None:
     return ()
   params = inspect.signature(spec.init).parameters
@@ -136,7 +161,7 @@ def option_defaults(name: str) -> dict:
   """The defaults of `name`'s keyword options: its function's (the group
   data it reads excluded) and its state's (`state_options`)."""
   fns = [ESTIMATORS.get(name)]
-  spec = ESTIMATORS.entry(name).meta["state"]
+  spec = ESTIMATORS.entry(name).meta.state
   if spec is not None:
     fns += [spec.init] + ([spec.offline] if spec.offline else [])
   keys = set(ESTIMATORS.options(name, exclude=all_reads(name))

@@ -19,10 +19,11 @@ unchanged.
 A rule is ``fn(advantages, mask, *, <arrays it reads>, <options>) ->
 Credited`` under ``@CREDIT.register(reads=..., check=..., ...)`` (`_kit`
 says what each read holds); `make` binds it into a `Credit` record, jitted.
-Metadata: ``reads``; ``check(**options)`` raising `OptionError` for a bad
-value; ``linear`` (the output scales with the advantages); ``neutral``
-(options at which the rule is `uniform`); ``row_advantages`` (it needs [N]
-advantages, e.g. their signs); ``paper``.
+Metadata (`_kit.CreditMeta`): ``reads``; ``check(**options)`` raising
+`OptionError` for a bad value; ``linear`` (the output scales with the
+advantages); ``neutral`` (options at which the rule is `uniform`);
+``row_advantages`` (it needs [N] advantages, e.g. their signs);
+``identity``; ``paper``.
 """
 
 import functools
@@ -30,7 +31,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Tuple
 
 import jax
 
-from grpo_jax.credit._kit import CREDIT, READS, STATIC_READS, Credited
+from grpo_jax.credit._kit import (CREDIT, READS, STATIC_READS, CreditMeta,
+                                  Credited)
 from grpo_jax.credit.entropy import ah_grpo, egspo, sa_ah_grpo
 from grpo_jax.credit.group import gtpo, t_spmo
 
@@ -51,21 +53,17 @@ class Credit(NamedTuple):
   apply: Callable
 
 
-def meta(name: str) -> dict:
-  """`name`'s metadata with its defaults filled in."""
-  m = dict(CREDIT.entry(name).meta)
-  m.setdefault("reads", ())
-  m.setdefault("linear", False)
-  m.setdefault("row_advantages", False)
-  m.setdefault("identity", False)  # advantages pass through unchanged
-  return m
+def meta(name: str) -> CreditMeta:
+  """`name`'s `CreditMeta`, its defaults filled in (no field depends on
+  the options)."""
+  return CREDIT.entry(name).meta
 
 
 def check_options(name: str, options: Mapping[str, Any], *,
                   field: str = "") -> None:
   """ValueError naming the first option `name` does not take or whose value
   is out of range, as ``<field>.<option>: ...``."""
-  reads = meta(name)["reads"]
+  reads = meta(name).reads
   for key in options:
     if key in reads:
       where = f"{field}.{key}: " if field else ""
@@ -81,7 +79,7 @@ def make(name: str, **options) -> Credit:
   ValueError naming it."""
   check_options(name, options)
   entry = CREDIT.entry(name)
-  reads = tuple(meta(name)["reads"])
+  reads = tuple(meta(name).reads)
   static = tuple(r for r in reads if r in STATIC_READS)
   fn = jax.jit(functools.partial(entry.fn, **options), static_argnames=static)
 
@@ -107,7 +105,7 @@ get = CREDIT.get
 
 # The public API: what the imports above re-export.
 __all__ = [
-    "ah_grpo", "check_options", "CREDIT", "Credit", "Credited", "egspo",
-    "get", "gtpo", "make", "measurements", "meta", "names", "READS",
-    "sa_ah_grpo", "STATIC_READS", "t_spmo", "uniform",
+    "ah_grpo", "check_options", "CREDIT", "Credit", "Credited", "CreditMeta",
+    "egspo", "get", "gtpo", "make", "measurements", "meta", "names",
+    "READS", "sa_ah_grpo", "STATIC_READS", "t_spmo", "uniform",
 ]

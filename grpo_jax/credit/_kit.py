@@ -15,15 +15,13 @@ the same thing: ppo_clip's min(r w A, clip(r) w A) = w min(r A, clip(r) A)
 for w >= 0, and REINFORCE's -w A logp likewise.
 """
 
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 
 from grpo_jax import measures
 from grpo_jax import registry
-
-CREDIT = registry.Registry("credit rule", positional=("advantages", "mask"))
 
 # The arrays the rollout can give a rule, by the name the rule reads:
 #   token_entropies  [N, T] float32, the sampler's (behaviour policy's)
@@ -38,6 +36,24 @@ CREDIT = registry.Registry("credit rule", positional=("advantages", "mask"))
 #                    p*G .. p*G + G - 1 (a static argument).
 READS = ("token_entropies", "tokens", "rewards", "num_generations")
 STATIC_READS = ("num_generations",)
+
+
+class CreditMeta(NamedTuple):
+  """What a credit rule declares when it registers (`CREDIT`)."""
+  reads: Tuple[str, ...] = ()  # the arrays it takes by name (`READS`)
+  # check(**options): an `OptionError` naming a bad option value.
+  check: Optional[Callable] = None
+  linear: bool = False  # its output scales with the advantages
+  # Options at which it is `uniform` (the contract suite checks it); None:
+  # no such setting.
+  neutral: Optional[Mapping[str, Any]] = None
+  identity: bool = False  # the advantages pass through unchanged
+  row_advantages: bool = False  # it needs [N] advantages (their signs)
+  paper: str = ""  # arXiv id (or a short reference)
+
+
+CREDIT = registry.Registry("credit rule", positional=("advantages", "mask"),
+                           meta=CreditMeta)
 
 
 class Credited(NamedTuple):

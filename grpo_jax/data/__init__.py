@@ -48,9 +48,18 @@ _text = records.text
 SYSTEM_PROMPT = ("You are a math assistant. Solve the problem, then give the "
                  "final answer as \\boxed{<number>}.")
 
+
+class TaskMeta(NamedTuple):
+  """What a task declares when it registers (`TASKS`)."""
+  # Its examples carry a worked solution (`Example.solution`; GHPO's hints).
+  solutions: bool = False
+  # It gives per-segment rewards (multi-part problems; SD-GRPO's).
+  segments: bool = False
+
+
 # name -> ``fn(*, seed, **options) -> Dataset``; a config's ``data.task``
 # picks one, its options come from the fields of ``data`` with their names.
-TASKS = registry.Registry("task")
+TASKS = registry.Registry("task", meta=TaskMeta)
 
 
 class Example(NamedTuple):

@@ -22,11 +22,11 @@ from a pre-pass's sums), `bounded` (ce_gppo), `divergence` (dppo,
 dppo_topk), `offpolicy`
 (decoupled_ppo, f_tis, vespo: they read the batch's `sampler_logp`),
 `adaptive` (hapo: entropy-adaptive bands and advantages; it reads the
-batch's `entropy_hat`). Each
-registers in `OBJECTIVES` with its metadata (level, mechanism, paper,
-example options, state, pre-pass, reads, behaviour_weight: whether it
-weighs by the sampler itself); `make(name, **options)` returns the bound
-`Objective` record the trainer drives. `regularisers` holds the terms
+batch's `entropy_hat`). Each registers in `OBJECTIVES` with its metadata
+(`_kit.ObjectiveMeta`: level, mechanism, paper, state, pre-pass, reads,
+behaviour_weight: whether it weighs by the sampler itself) and example
+options; `make(name, **options)` returns the bound `Objective` record the
+trainer drives. `regularisers` holds the terms
 added to any objective (KL, MDP-GRPO's asymmetric KL, LLDS). The math and its
 sources are in OBJECTIVES.md. `corrections` holds the token weights and
 masks (TIS, MIS, ICEPOP, OPSM; the top-entropy mask in `entropy_mask`)

@@ -18,7 +18,7 @@ without the keyword (r2vpo's penalty) cannot take corrections.
 
 import math
 import numbers
-from typing import Callable, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -26,10 +26,6 @@ import jax.numpy as jnp
 from grpo_jax import aggregation as agg
 from grpo_jax import measures
 from grpo_jax import registry
-
-OBJECTIVES = registry.Registry(
-    "objective", positional=("logp", "old_logp", "advantages", "mask"),
-    required=("level", "mechanism"))
 
 # exp(20) ~ 4.9e8: far beyond any trust region, small enough that r, r^2 and
 # their gradients stay finite in float32.
@@ -130,6 +126,37 @@ class PrePass(NamedTuple):
   stats: Callable
   loss_kwargs: Callable
   provides: Tuple[str, ...]
+
+
+class ObjectiveMeta(NamedTuple):
+  """What an objective declares when it registers (`OBJECTIVES`)."""
+  level: str  # "token" (takes aggregation=, horizon=) or "sequence"
+  # Its trust-region mechanism ("clip", "gate", "penalty", "weight"); None
+  # for none, which exempts it from the off-policy law.
+  mechanism: Optional[str]
+  paper: str = ""  # arXiv id (or a short reference)
+  reads: Tuple[str, ...] = ()  # batch arrays its loss takes (sampler_logp)
+  state: Optional[StateSpec] = None  # a stateful objective's state
+  prepass: Optional[PrePass] = None  # statistics over the whole minibatch
+  # Sampler records the run must keep for it (HAPO's token_temperatures).
+  requires: Tuple[str, ...] = ()
+  # Its loss already weighs by the behaviour policy (reads sampler_logp);
+  # a bool or a predicate of the options.
+  behaviour_weight: Any = False
+  # It needs the minibatch's rows whole (Clip-Cov's random draw); a bool or
+  # a predicate of the options.
+  whole_minibatch: Any = False
+  # It drops some tokens on policy too (a mask that needs no ratio:
+  # Clip-Cov's); the on-policy law compares the tokens it keeps.
+  on_policy_mask: bool = False
+  # ``fn(logp, old_logp) -> dict``: arrays for reads that cannot be None
+  # (DPPO's top-K log-probs), for checks and the laws.
+  example_reads: Optional[Callable] = None
+
+
+OBJECTIVES = registry.Registry(
+    "objective", positional=("logp", "old_logp", "advantages", "mask"),
+    meta=ObjectiveMeta)
 
 
 class Batch(NamedTuple):

@@ -64,9 +64,23 @@ from grpo_jax.objectives import record as objective_record
 from grpo_jax.objectives._kit import OBJECTIVES
 from grpo_jax.objectives._kit import check_hparam
 
-CORRECTIONS = registry.Registry(
-    "correction", positional=("mask",),
-    required=("level", "reads", "statistic"))
+
+class CorrectionMeta(NamedTuple):
+  """What a correction declares when it registers (`CORRECTIONS`)."""
+  level: str  # "token" or "sequence" (one weight per row)
+  reads: Tuple[str, ...]  # the batch arrays it takes (sampler_logp, ...)
+  statistic: str  # what it thresholds, the name of its measurement
+  paper: str = ""  # arXiv id (or a short reference)
+  # ``prepass(mask, **arrays) -> dict``: a statistic over the whole
+  # minibatch (the top-entropy threshold); None for none.
+  prepass: Optional[Callable] = None
+  provides: Tuple[str, ...] = ()  # the keys of that dict (not options)
+  # Its weight is the behaviour policy's ratio pi_old / mu.
+  behaviour_weight: bool = False
+
+
+CORRECTIONS = registry.Registry("correction", positional=("mask",),
+                                meta=CorrectionMeta)
 
 # How a sequence's IS ratio is formed from its tokens' log-ratios x_t:
 # "product" exp(sum_t x_t) (TRL, verl), "geometric" exp(mean_t x_t)
@@ -432,7 +446,7 @@ class Correction(NamedTuple):
 
 def _injected(name: str) -> Tuple[str, ...]:
   meta = CORRECTIONS.entry(name).meta
-  return tuple(meta["reads"]) + tuple(meta.get("provides", ()))
+  return tuple(meta.reads) + tuple(meta.provides)
 
 
 def check_options(name: str, options, *, field: str = "") -> None:
@@ -460,7 +474,7 @@ def make(name: str, **options) -> Correction:
   entry = CORRECTIONS.entry(name)
   meta = entry.meta
   fn = functools.partial(entry.fn, **options)
-  prepass_fn = meta.get("prepass")
+  prepass_fn = meta.prepass
   prepass = None
   if prepass_fn is not None:
     accepted = inspect.signature(prepass_fn).parameters
@@ -469,7 +483,7 @@ def make(name: str, **options) -> Correction:
                 if p.default is not p.empty and k in accepted}
     defaults.update({k: v for k, v in options.items() if k in accepted})
     prepass = functools.partial(prepass_fn, **defaults)
-  reads = tuple(meta["reads"])
+  reads = tuple(meta.reads)
 
   def apply(mask, *, batch_stats=None, **arrays):
     missing = [k for k in reads if arrays.get(k) is None]
@@ -480,14 +494,14 @@ def make(name: str, **options) -> Correction:
           "batch.assemble_batch(..., sampler_logp=...)).")
     out = fn(mask, **{k: arrays[k] for k in reads}, **(batch_stats or {}))
     weights = jax.lax.stop_gradient(out.weights)
-    return weights, records(name, meta["statistic"], out, mask)
+    return weights, records(name, meta.statistic, out, mask)
 
   correction = Correction(
-      name=name, level=meta["level"], reads=reads, apply=apply,
+      name=name, level=meta.level, reads=reads, apply=apply,
       prepass=prepass,
       prepass_reads=() if prepass_fn is None else tuple(
           k for k in reads if k in inspect.signature(prepass_fn).parameters),
-      behaviour_weight=meta.get("behaviour_weight", False))
+      behaviour_weight=meta.behaviour_weight)
   _check_values(correction)
   return correction
 
@@ -512,7 +526,7 @@ def check_compatible(objective, corrections: Sequence[Correction]) -> None:
   objective's loss takes the correction's weights, and takes them once
   (module docstring)."""
   sequence = [n for n in names()
-              if CORRECTIONS.entry(n).meta["level"] == "sequence"]
+              if CORRECTIONS.entry(n).meta.level == "sequence"]
   for c in corrections:
     if objective.level == "sequence" and c.level == "token":
       raise ValueError(

@@ -82,7 +82,7 @@ def weighting(name: str) -> Optional[str]:
   entry = OBJECTIVES.entry(name)
   if TOKEN_WEIGHTS not in inspect.signature(entry.fn).parameters:
     return None
-  return _WEIGHTING[entry.meta["level"]]
+  return _WEIGHTING[entry.meta.level]
 
 
 def _accepted(fn: Callable, options: dict) -> dict:
@@ -92,7 +92,7 @@ def _accepted(fn: Callable, options: dict) -> dict:
 
 def state_options(name: str) -> Tuple[str, ...]:
   """Options of `name`'s state (init and update), beside its loss's."""
-  spec = OBJECTIVES.entry(name).meta.get("state")
+  spec = OBJECTIVES.entry(name).meta.state
   if spec is None:
     return ()
   loss_options = OBJECTIVES.options(name)
@@ -109,14 +109,14 @@ def state_options(name: str) -> Tuple[str, ...]:
 def injected(name: str) -> Tuple[str, ...]:
   """Loss keywords the trainer supplies from state or the pre-pass."""
   meta = OBJECTIVES.entry(name).meta
-  specs = (meta.get("state"), meta.get("prepass"))
+  specs = (meta.state, meta.prepass)
   return tuple(k for spec in specs if spec is not None for k in spec.provides)
 
 
 def supplied(name: str) -> Tuple[str, ...]:
   """The arrays the trainer passes `name`'s loss at every step: the batch's
   (its ``reads``) and the corrections' weights."""
-  reads = tuple(OBJECTIVES.entry(name).meta.get("reads", ()))
+  reads = tuple(OBJECTIVES.entry(name).meta.reads)
   return reads + (TOKEN_WEIGHTS,)
 
 
@@ -151,7 +151,7 @@ def make(name: str, **options) -> Objective:
   state_keys = state_options(name)
   loss_options = {k: v for k, v in options.items() if k not in state_keys}
   fn = functools.partial(entry.fn, **loss_options)
-  level = meta["level"]
+  level = meta.level
   defaults = inspect.signature(entry.fn).parameters
   if level == "sequence":
     aggregation, horizon = SEQUENCE_AGGREGATION, None
@@ -163,15 +163,15 @@ def make(name: str, **options) -> Objective:
     aggregation = options.get("aggregation", defaults["aggregation"].default)
     horizon = options.get("horizon", defaults["horizon"].default)
   agg.check_mode(aggregation, horizon)  # before any compute
-  spec = meta.get("state")
-  prepass_spec = meta.get("prepass")
+  spec = meta.state
+  prepass_spec = meta.prepass
   # The pre-pass sees every option resolved (defaults from the signature).
   resolved = {k: p.default for k, p in defaults.items()
               if p.default is not p.empty}
   resolved.update(loss_options)
   if prepass_spec is not None and not prepass_spec.when(**resolved):
     prepass_spec = None
-  weighs = meta.get("behaviour_weight", False)
+  weighs = meta.behaviour_weight
   weighs = weighs(**resolved) if callable(weighs) else weighs
   takes = weighting(name)
 
@@ -210,7 +210,7 @@ def make(name: str, **options) -> Objective:
 
   objective = Objective(
       name=name, level=level, aggregation=aggregation, horizon=horizon,
-      reads=tuple(meta.get("reads", ())), init=init, loss=loss,
+      reads=tuple(meta.reads), init=init, loss=loss,
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon),
       update=update,
       prepass=None if prepass_spec is None else _bound_prepass(
@@ -225,7 +225,7 @@ def example_reads(name: str, logp, old_logp) -> dict:
   log-probs of `divergence.dppo_topk`), built from [N, T] log-probs by the
   entry's ``example_reads`` metadata; {} for most objectives. For checks
   and the contract laws, never for training."""
-  build = OBJECTIVES.entry(name).meta.get("example_reads")
+  build = OBJECTIVES.entry(name).meta.example_reads
   return {} if build is None else dict(build(logp, old_logp))
 
 

@@ -22,7 +22,15 @@ from grpo_jax import registry
 from grpo_jax.objectives._kit import check_choice
 from grpo_jax.objectives._kit import check_hparam
 
-REGULARISERS = registry.Registry("regulariser", positional=("logp", "mask"))
+
+class RegulariserMeta(NamedTuple):
+  """What a regulariser declares when it registers (`REGULARISERS`)."""
+  reads: Tuple[str, ...] = ()  # batch arrays it takes (ref_logp, ...)
+  paper: str = ""  # arXiv id (or a short reference)
+
+
+REGULARISERS = registry.Registry("regulariser", positional=("logp", "mask"),
+                                 meta=RegulariserMeta)
 
 
 @REGULARISERS.register(
@@ -232,13 +240,13 @@ def make(name: str, *, aggregation: str, horizon: Optional[int] = None,
   naming it."""
   REGULARISERS.check_options(name, options,
                              exclude=("aggregation", "horizon") + tuple(
-                                 REGULARISERS.entry(name).meta["reads"]))
+                                 REGULARISERS.entry(name).meta.reads))
   agg.check_mode(aggregation, horizon)
   entry = REGULARISERS.entry(name)
   fn = functools.partial(entry.fn, aggregation=aggregation, horizon=horizon,
                          **options)
   regulariser = Regulariser(
-      name=name, reads=tuple(entry.meta["reads"]), init=lambda: (),
+      name=name, reads=tuple(entry.meta.reads), init=lambda: (),
       loss=lambda state, logp, mask, **arrays: fn(logp, mask, **arrays),
       count=functools.partial(agg.count, mode=aggregation, horizon=horizon))
   _check_values(regulariser)

@@ -75,5 +75,5 @@ def column_ranges(functions, shapers=()) -> tuple:
   (`shapers`: names, or name -> options, which a range may depend on)."""
   options = lambda n: ({k: v for k, v in shapers[n].items() if k != "weight"}
                        if hasattr(shapers, "items") else {})
-  return (tuple(VERIFIERS.entry(n).meta.get("range") for n in functions)
+  return (tuple(VERIFIERS.entry(n).meta.range for n in functions)
           + tuple(shaper_range(n, **options(n)) for n in shapers))

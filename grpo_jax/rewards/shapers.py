@@ -58,8 +58,6 @@ import numpy as np
 
 from grpo_jax import registry
 
-SHAPERS = registry.Registry("reward shaper", positional=("lengths",))
-
 READS = ("correct", "formatted", "verified", "verifier_weights",
          "sampler_logp", "mask", "tokens", "group_size", "step",
          "prompt_index", "state")
@@ -78,6 +76,31 @@ class StateSpec(NamedTuple):
   """
   init: Callable
   update: Callable
+
+
+class ShaperMeta(NamedTuple):
+  """What a shaper declares when it registers (`SHAPERS`; the module
+  docstring says more). The fields given as functions take its options."""
+  reads: Tuple[str, ...] = ()  # what it reads (`READS`), as keywords
+  # The (lo, hi) of its column, or a function of its options giving it;
+  # None: undeclared.
+  range: Any = None
+  check: Optional[Callable] = None  # check(**options): ValueError if bad
+  state: Optional[StateSpec] = None  # a stateful shaper's state
+  # ``fn(prompt_index, **options) -> str`` appended to the question (LCPO's
+  # target length); None: the prompt says nothing.
+  instruction: Optional[Callable] = None
+  # ``fn(*, functions, weights, ranges, **options)`` -> None or (field,
+  # problem, fix): a rule spanning the config (POW3R's rubric weights).
+  check_config: Optional[Callable] = None
+  # How its per-prompt table takes prompt ids (or a function of the
+  # options); None: it keeps none.
+  prompt_ids: Any = None
+  paper: str = ""  # arXiv id (or a short reference)
+
+
+SHAPERS = registry.Registry("reward shaper", positional=("lengths",),
+                            meta=ShaperMeta)
 
 
 class Shaper(NamedTuple):
@@ -108,8 +131,8 @@ def _split_options(name: str, options: Mapping[str, Any]):
   """(the function's options, the state init's options, reads, spec); a
   ValueError naming an option neither takes."""
   entry = SHAPERS.entry(name)
-  spec = entry.meta.get("state")
-  reads = tuple(entry.meta.get("reads", ()))
+  spec = entry.meta.state
+  reads = tuple(entry.meta.reads)
   state_keys = (tuple(inspect.signature(spec.init).parameters)
                 if spec is not None else ())
   SHAPERS.check_options(name, options, extra=state_keys, exclude=reads)
@@ -121,7 +144,7 @@ def _split_options(name: str, options: Mapping[str, Any]):
 def shaper_range(name: str, **options) -> Optional[Tuple[float, float]]:
   """The declared ``(lo, hi)`` of shaper `name`'s column with `options`;
   None where it declares none."""
-  declared = SHAPERS.entry(name).meta.get("range")
+  declared = SHAPERS.entry(name).meta.range
   if callable(declared):
     fn_options, _, _, _ = _split_options(name, options)
     return tuple(declared(**fn_options))
@@ -135,7 +158,7 @@ def make_shaper(name: str, **options) -> Shaper:
   entry = SHAPERS.entry(name)
   fn_options, state_options, reads, spec = _split_options(name, options)
   fn = functools.partial(entry.fn, **fn_options)
-  check = entry.meta.get("check")
+  check = entry.meta.check
   if check is not None:
     check(**fn_options)
   if spec is None:
@@ -145,10 +168,10 @@ def make_shaper(name: str, **options) -> Shaper:
     init = functools.partial(spec.init, **state_options)
     init()  # its checks (a capacity >= 1), before any compute
     update = functools.partial(spec.update, **fn_options)
-  text = entry.meta.get("instruction")
+  text = entry.meta.instruction
   instruction = (functools.partial(text, **fn_options) if text is not None
                  else lambda index: "")
-  declared = entry.meta.get("range")
+  declared = entry.meta.range
   span = tuple(declared(**fn_options)) if callable(declared) else declared
   return Shaper(name, reads, fn, init, update, instruction, span)
 

@@ -176,11 +176,11 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
            f"rollout.max_new_tokens={max_new_tokens} (a target the sampler "
            "cannot reach)", "set target lengths <= rollout.max_new_tokens")
     # Rules that span fields, the shaper's own (metadata ``check_config``).
-    check_config = SHAPERS.entry(name).meta.get("check_config")
+    check_config = SHAPERS.entry(name).meta.check_config
     if check_config is not None:
       problem = check_config(
           functions=tuple(functions), weights=tuple(weights),
-          ranges=tuple(VERIFIERS.entry(f).meta.get("range")
+          ranges=tuple(VERIFIERS.entry(f).meta.range
                        for f in functions), **kwargs)
       if problem:
         where, what, fix = problem

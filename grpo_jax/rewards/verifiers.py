@@ -28,7 +28,7 @@ reads them.
 
 import re
 import threading
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,8 +36,17 @@ from grpo_jax import registry
 
 RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list]
 
+
+class VerifierMeta(NamedTuple):
+  """What a reward function declares when it registers (`VERIFIERS`)."""
+  # The (lo, hi) of its values, held against an estimator's domain; None:
+  # undeclared.
+  range: Optional[Tuple[float, float]] = None
+
+
 VERIFIERS = registry.Registry(
-    "reward", positional=("prompts", "completions", "answers"))
+    "reward", positional=("prompts", "completions", "answers"),
+    meta=VerifierMeta)
 
 # The answer format as a question suffix (data.SYSTEM_PROMPT asks for the same).
 ANSWER_INSTRUCTION = "Put your final answer in \\boxed{}."

@@ -280,7 +280,7 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   # Groups refilled from a buffer (POPO): marked in every step's batch (one
   # structure), so the on-policy update leaves them out of the sampler gap.
   replayed = None
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.get("replays"):
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.replays:
     replayed = np.repeat(fields_lib.replayed_groups(selected),
                          g).astype(np.float32)
   episodes = episodes_lib.Episodes(

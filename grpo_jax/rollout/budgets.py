@@ -313,11 +313,11 @@ def check_config(c) -> None:
   if not budget.active:
     return
   why = f"budget.name={b.name!r} draws groups of different sizes"
-  if not advantages.meta(c.advantage.name)["members"]:
+  if not advantages.meta(c.advantage.name).members:
     fail("advantage.name", f"estimator {c.advantage.name!r} cannot take "
          f"ragged groups ({why}; the estimator must honour "
          "GroupData.members)", "choose one that does: " + ", ".join(
-             n for n in advantages.names() if advantages.meta(n)["members"]))
+             n for n in advantages.names() if advantages.meta(n).members))
   path_checks.check_estimator_reads(c, why, VIEW_FIELDS)
   plain = {"groups.name": (c.groups.name, "all_groups"),
            "select.name": (c.select.name, "uniform")

@@ -70,8 +70,7 @@ def _entropy_stage(config) -> entropy_norm.EntropyTemperature:
   """HAPO's stage: the sampler rule when ``rollout.temperature_tau > 0``,
   h_hat in the batch when the objective reads ``entropy_hat``."""
   from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
-  reads = objectives.OBJECTIVES.entry(config.objective.name).meta.get(
-      "reads", ())
+  reads = objectives.OBJECTIVES.entry(config.objective.name).meta.reads
   r = config.rollout
   return entropy_norm.EntropyTemperature(
       tau=float(r.temperature_tau), pivot=float(r.entropy_pivot),
@@ -85,15 +84,14 @@ def _revisit_memory(config) -> revisits_lib.Memory:
   ``capacity`` option), of ``rollout.max_new_tokens`` tokens; inactive
   otherwise."""
   name, options = config.advantage.name, dict(config.advantage.kwargs)
-  if "divergence" not in advantages_lib.meta(name, **options)["reads"]:
+  if "divergence" not in advantages_lib.meta(name, **options).reads:
     return revisits_lib.make()
-  init = advantages_lib.meta(name)["state"].init
+  init = advantages_lib.meta(name).state.init
   capacity = options.get(
       "capacity", inspect.signature(init).parameters["capacity"].default)
   return revisits_lib.make(
       capacity=int(capacity), num_tokens=int(config.rollout.max_new_tokens),
-      prompt_ids=advantages_lib.meta(name, **options).get("prompt_ids")
-      or "exact")
+      prompt_ids=advantages_lib.meta(name, **options).prompt_ids or "exact")
 
 
 def _trainer_logprobs(params, tokens, input_mask, completion_start,

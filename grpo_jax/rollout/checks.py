@@ -72,7 +72,7 @@ def check_member_filter(c, advantages, columns) -> None:
           strategies.make_member_filter, group_size=r.num_generations,
           columns=columns), c.filter.name, c.filter.kwargs)
   if (member_filter.statistics == "kept"
-      and not advantages.meta(c.advantage.name)["members"]):
+      and not advantages.meta(c.advantage.name).members):
     _fail("advantage.name", f"{c.advantage.name!r} does not honour the kept "
           f"members of filter {c.filter.name!r} (GroupData.members: its "
           "mean and std over the kept subset)", "choose one that does: "
@@ -84,12 +84,11 @@ def check_estimator_inputs(c, advantages, columns) -> None:
   `columns` give."""
   from grpo_jax import rewards  # pylint: disable=g-import-not-at-top
   # Group data only some tasks give: per-segment rewards (SD-GRPO).
-  segment_reads = [f for f in advantages.meta(c.advantage.name)["reads"]
+  segment_reads = [f for f in advantages.meta(c.advantage.name).reads
                    if f.startswith("segment_")]
-  if segment_reads and not data.TASKS.entry(c.data.task).meta.get(
-      "segments", False):
+  if segment_reads and not data.TASKS.entry(c.data.task).meta.segments:
     with_segments = [n for n in data.TASKS.names()
-                     if data.TASKS.entry(n).meta.get("segments", False)]
+                     if data.TASKS.entry(n).meta.segments]
     _fail("data.task", f"{c.data.task!r} gives no per-segment rewards, but "
           f"advantage estimator {c.advantage.name!r} reads GroupData."
           f"{segment_reads[0]}", "set --config.data.task="
@@ -126,7 +125,7 @@ def check_estimator_sizes(c, advantages) -> None:
   its index. (Option values alone: the estimator's ``check``, run by
   `advantages.make` in `train.validate`.)"""
   name = c.advantage.name
-  spec = advantages.meta(name)["state"]
+  spec = advantages.meta(name).state
   fns = [advantages.get(name)] + ([spec.init] if spec is not None else [])
   options = _option_values(fns, dict(c.advantage.kwargs))
   bundle = options.get("bundle_size")
@@ -166,11 +165,11 @@ def check_tracker_stages(c, advantages) -> None:
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   select = strategies.SELECTIONS.entry(c.select.name).meta
   groups = strategies.GROUP_STRATEGIES.entry(c.groups.name).meta
-  by_state = "advantage" in select.get("reads", ())
-  references = "reference" in groups.get("reads", ())
+  by_state = "advantage" in select.reads
+  references = "reference" in groups.reads
   if by_state:
     state = advantages.make(c.advantage.name, **c.advantage.kwargs).init()
-    needs = select.get("needs", ())
+    needs = select.needs
     if not all(hasattr(state, field) for field in needs):
       _fail("select.name", f"{c.select.name!r} draws by the estimator's "
             f"per-prompt tracker ({', '.join(needs)}), which "
@@ -181,10 +180,9 @@ def check_tracker_stages(c, advantages) -> None:
           f"(select {c.select.name!r}, groups {c.groups.name!r})",
           "use data.task='arithmetic', 'gsm8k' or 'jsonl'")
   meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
-  if "divergence" in meta["reads"] and (meta.get("prompt_ids")
-                                        or "exact") != "exact":
+  if "divergence" in meta.reads and (meta.prompt_ids or "exact") != "exact":
     # The revisit memory keeps one response per slot (revisits.make).
-    _fail("advantage.kwargs.prompt_ids", f"{meta['prompt_ids']!r} lets ids "
+    _fail("advantage.kwargs.prompt_ids", f"{meta.prompt_ids!r} lets ids "
           "share a slot, and the revisit memory that measures "
           f"{c.advantage.name!r}'s divergence would rescore another "
           "prompt's stored response under this one",
@@ -205,7 +203,7 @@ def check_tracker_stages(c, advantages) -> None:
           "remove the shapers, or use another group strategy")
   _check_no_sampler_records(c, "a reference row has no sampler top-K",
                             "a reference row has no sampling temperatures")
-  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs).reads
   stale = [f for f in reads if f == "answer_ids" or f.startswith("segment_")]
   if stale:
     _fail("groups.name", f"{c.groups.name!r} replaces rows, but estimator "
@@ -222,22 +220,21 @@ def check_resampled_stages(c, advantages) -> None:
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   name = c.groups.name
   meta = strategies.GROUP_STRATEGIES.entry(name).meta
-  if meta.get("solutions") and not data.TASKS.entry(c.data.task).meta.get(
-      "solutions"):
+  if meta.solutions and not data.TASKS.entry(c.data.task).meta.solutions:
     with_solutions = [n for n in data.TASKS.names()
-                      if data.TASKS.entry(n).meta.get("solutions")]
+                      if data.TASKS.entry(n).meta.solutions]
     _fail("data.task", f"{c.data.task!r} gives no worked reference solution "
           f"(data.Example.solution), which groups.name={name!r} hints from",
           f"set --config.data.task={' or '.join(with_solutions)}, or use "
           "another group strategy")
-  if "resample" in meta.get("reads", ()) and advantages.meta(
-      c.advantage.name, **c.advantage.kwargs).get("state") is not None:
+  if "resample" in meta.reads and advantages.meta(
+      c.advantage.name, **c.advantage.kwargs).state is not None:
     # (Stateful shapers fold in the plain round 0 alone: rollout.generate.)
     _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
           f"fold in the groups groups.name={name!r} draws again (hinted or "
           "rebuilt from extra draws), not the policy's plain sample",
           "use a stateless estimator (grpo), or another group strategy")
-  if not meta.get("moves_rows"):
+  if not meta.moves_rows:
     return
   g = c.rollout.num_generations
   max_group = c.groups.kwargs.get("max_group", 0)
@@ -251,14 +248,14 @@ def check_resampled_stages(c, advantages) -> None:
     _fail("rollout.member_temperatures", f"groups.name={name!r} moves rows "
           "between member slots, and each slot samples at its own "
           "temperature", "set rollout.member_temperatures=()")
-  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs).reads
   if "answer_ids" in reads:
     _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
           f"answer_ids, numbered within one round's group, and "
           f"groups.name={name!r} joins rows of several rounds",
           "choose another estimator or group strategy")
   for shaper in c.rewards.shapers:
-    if "group_size" in rewards.SHAPERS.entry(shaper).meta.get("reads", ()):
+    if "group_size" in rewards.SHAPERS.entry(shaper).meta.reads:
       _fail(f"rewards.shapers.{shaper}", "forms statistics over each "
             f"round's group, and groups.name={name!r} joins rows of several "
             "rounds", "remove it, or use another group strategy")
@@ -271,7 +268,7 @@ def check_replay_stages(c, objective, advantages) -> None:
   the fields it stores."""
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   name = c.groups.name
-  if not strategies.GROUP_STRATEGIES.entry(name).meta.get("replays"):
+  if not strategies.GROUP_STRATEGIES.entry(name).meta.replays:
     return
   if not objective.behaviour_weight:
     _fail("objective.name", f"{c.objective.name!r} does not weigh rows by "
@@ -281,14 +278,14 @@ def check_replay_stages(c, objective, advantages) -> None:
   _check_no_sampler_records(c, "a replayed group keeps no sampler top-K",
                             "a replayed group keeps no per-token temperatures")
   meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
-  stale = [f for f in meta["reads"] if f in ("answer_ids", "greedy_rewards",
-                                             "divergence")
+  stale = [f for f in meta.reads if f in ("answer_ids", "greedy_rewards",
+                                          "divergence")
            or f.startswith("segment_")]
   if stale:
     _fail("advantage.name", f"{c.advantage.name!r} reads GroupData."
           f"{stale[0]}, which groups.name={name!r} does not store for a "
           "replayed group", "use grpo, dr_grpo or rloo")
-  if meta.get("state") is not None:
+  if meta.state is not None:
     _fail("advantage.name", f"{c.advantage.name!r} keeps state that would "
           "fold in a replayed group's rewards a second time "
           f"(groups.name={name!r})", "use a stateless estimator (grpo)")
@@ -328,10 +325,10 @@ def check_credit(c, objective, advantages) -> None:
   averages token advantages over each row, undoing the rule)."""
   from grpo_jax import credit  # pylint: disable=g-import-not-at-top
   name = c.credit.name
-  if credit.meta(name)["identity"]:
+  if credit.meta(name).identity:
     return
-  output = advantages.ESTIMATORS.entry(c.advantage.name).meta["output"]
-  if credit.meta(name)["row_advantages"] and output == "token":
+  output = advantages.ESTIMATORS.entry(c.advantage.name).meta.output
+  if credit.meta(name).row_advantages and output == "token":
     _fail("credit.name", f"credit rule {name!r} needs one advantage per row, "
           f"but estimator {c.advantage.name!r} gives token advantages",
           "pick a group-level estimator (e.g. advantage.name=grpo) or "
@@ -354,8 +351,7 @@ def check_objective_inputs(c, objective) -> None:
           "sampler_topk_logp), which the run then does not record",
           "set --config.rollout.record_topk=K > 0 (e.g. 20), or use a "
           "binary form (objective.name=dppo)")
-  requires = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
-      "requires", ())
+  requires = objectives.OBJECTIVES.entry(c.objective.name).meta.requires
   if "token_temperatures" in requires and not r.temperature_tau > 0:
     _fail("rollout.temperature_tau", f"is {r.temperature_tau!r}, but "
           f"objective {c.objective.name!r} needs the sampler's per-token "
@@ -388,8 +384,7 @@ def check_row_split(c) -> None:
           f"{micro} does not divide the minibatch of {minibatch} rows",
           "choose a divisor of the minibatch, or 0 for no accumulation")
   # Clip-Cov's random draw keys each token by its place in the minibatch.
-  whole = objectives.OBJECTIVES.entry(c.objective.name).meta.get(
-      "whole_minibatch", False)
+  whole = objectives.OBJECTIVES.entry(c.objective.name).meta.whole_minibatch
   if micro < minibatch and (whole(**dict(c.objective.kwargs))
                             if callable(whole) else whole):
     _fail("train.microbatch_size",
@@ -411,7 +406,7 @@ def _tables(c) -> list:
   metadata (a mode, or a function of the entry's options giving one)."""
     
   def declared(meta, options):
-    mode = meta.get("prompt_ids")
+    mode = meta.prompt_ids
     return mode(**options) if callable(mode) else mode
 
   def capacity(init, options):
@@ -426,7 +421,7 @@ def _tables(c) -> list:
   mode = declared(entry.meta, options)
   if mode:
     tables.append(prompt_ids.Table("advantage.kwargs.capacity",
-                        capacity(entry.meta["state"].init, options), mode,
+                        capacity(entry.meta.state.init, options), mode,
                         f"estimator {name!r}"))
   for name, options in c.rewards.shapers.items():
     options = {k: v for k, v in dict(options).items() if k != "weight"}
@@ -434,7 +429,7 @@ def _tables(c) -> list:
     mode = declared(entry.meta, options)
     if mode:
       tables.append(prompt_ids.Table(f"rewards.shapers.{name}.capacity",
-                          capacity(entry.meta["state"].init, options), mode,
+                          capacity(entry.meta.state.init, options), mode,
                           f"shaper {name!r}"))
   tables += _budget_tables(c, declared, capacity)
   return tables
@@ -454,7 +449,7 @@ def _budget_tables(c, declared, capacity) -> list:
     mode = declared(entry.meta, options)
     if not mode:
       return []
-    size = capacity(entry.meta["state"], options)
+    size = capacity(entry.meta.state, options)
   except (TypeError, ValueError):
     return []
   return [prompt_ids.Table("budget.kwargs.capacity", size, mode,
@@ -471,7 +466,7 @@ def check_prompt_ids(c, *, by_id: Sequence[str] = ()) -> None:
   from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
   tables = _tables(c)
   select = strategies.SELECTIONS.entry(c.select.name).meta
-  draws = bool(select.get("without_replacement"))
+  draws = bool(select.without_replacement)
   users = [t.component for t in tables] + list(by_id)
   if not users and not draws:
     return

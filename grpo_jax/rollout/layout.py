@@ -38,8 +38,10 @@ class StepRows(NamedTuple):
 
 
 def _declared(config, field: str) -> int:
-  """A group strategy's metadata `field` (a function of its options)."""
-  fn = strategies.GROUP_STRATEGIES.entry(config.groups.name).meta.get(field)
+  """A group strategy's metadata `field` (a function of its options, or
+  None: 0)."""
+  fn = getattr(strategies.GROUP_STRATEGIES.entry(config.groups.name).meta,
+               field)
   return 0 if fn is None else int(fn(**dict(config.groups.kwargs)))
 
 

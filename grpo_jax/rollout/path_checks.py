@@ -20,7 +20,7 @@ fail = config_errors.fail  # the paths' check_config use it as path_checks.fail
 
 def check_estimator_reads(c, why: str, filled) -> None:
   """The estimator reads only the GroupData fields the path fills."""
-  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs)["reads"]
+  reads = advantages.meta(c.advantage.name, **c.advantage.kwargs).reads
   extra = [f for f in reads if f not in filled]
   if extra:
     fail("advantage.name", f"estimator {c.advantage.name!r} reads "
@@ -47,10 +47,10 @@ def check_plain_stages(c, why: str, *, rows: bool = True,
   if c.get("filter", {}).get("name", "none") != "none":
     fail("filter.name", f"{c.filter.name!r} is not carried with {why}",
          f"set --config.filter.name=none{fix}")
-  if not credit.meta(c.credit.name)["identity"]:
+  if not credit.meta(c.credit.name).identity:
     fail("credit.name", f"credit rule {c.credit.name!r} is not carried "
          f"with {why}", f"set --config.credit.name=uniform{fix}")
-  if rows and strategies.ROW_STRATEGIES.entry(c.rows.name).meta.get("reads"):
+  if rows and strategies.ROW_STRATEGIES.entry(c.rows.name).meta.reads:
     fail("rows.name", f"row strategy {c.rows.name!r} reads round fields "
          f"{why} does not keep", f"set --config.rows.name=all_rows{fix}")
   for field, value, off in (
@@ -62,7 +62,7 @@ def check_plain_stages(c, why: str, *, rows: bool = True,
       fail(field, f"{value!r} is not carried with {why}",
            f"set {field}={off!r}{fix}")
   if "entropy_hat" in objectives.OBJECTIVES.entry(
-      c.objective.name).meta.get("reads", ()):
+      c.objective.name).meta.reads:
     fail("objective.name", f"objective {c.objective.name!r} reads "
          f"entropy_hat, which is not carried with {why}",
          f"choose another objective{fix}")

@@ -141,7 +141,7 @@ def check_config(c, objective) -> None:
   fail = path_checks.fail
   path_checks.check_fixed_budget(c, why)
   if advantages.meta(c.advantage.name,
-                     **c.advantage.kwargs)["output"] != "group":
+                     **c.advantage.kwargs).output != "group":
     fail("advantage.name", f"estimator {c.advantage.name!r} gives token-"
          f"level advantages, but {why} stores one advantage per row",
          "use grpo, dr_grpo or rloo")

@@ -182,8 +182,7 @@ def check_config(c, objective) -> None:
   fail = path_checks.fail
   path_checks.check_fixed_budget(c, why)
   meta = advantages.meta(c.advantage.name, **c.advantage.kwargs)
-  if not meta["members"] or meta["output"] != "group" or meta["input"] != \
-      "PG":
+  if not meta.members or meta.output != "group" or meta.input != "PG":
     fail("advantage.name", f"estimator {c.advantage.name!r} cannot score "
          f"a group's replayed rows ({why}; it must take [P, G] total "
          "rewards, give one advantage per row and honour GroupData.members)",
@@ -198,7 +197,7 @@ def check_config(c, objective) -> None:
          f"and replayed parts the loss aggregates apart ({why})",
          "use decoupled_ppo")
   options = dict(c.groups.kwargs)
-  state_fn = strategies.GROUP_STRATEGIES.entry(name).meta["state"]
+  state_fn = strategies.GROUP_STRATEGIES.entry(name).meta.state
   capacity = int(options.get("capacity", inspect.signature(
       state_fn).parameters["capacity"].default))
   table = prompt_ids.Table("groups.kwargs.capacity", capacity,

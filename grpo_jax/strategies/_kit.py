@@ -21,12 +21,51 @@ import numpy as np
 
 from grpo_jax import registry
 
+
+class SelectionMeta(NamedTuple):
+  """What a prompt selection declares when it registers (`SELECTIONS`)."""
+  reads: Tuple[str, ...] = ()  # the stage states it takes (``advantage``)
+  needs: Tuple[str, ...] = ()  # fields that state must have (SPO's alpha)
+  check: Optional[Callable] = None  # check(**options): ValueError if bad
+  without_replacement: bool = False  # it draws P distinct problems a round
+  paper: str = ""  # arXiv id (or a short reference)
+
+
+class GroupStrategyMeta(NamedTuple):
+  """What a group strategy declares when it registers (`GROUP_STRATEGIES`).
+  The fields given as functions take the strategy's options."""
+  rounds_per_step: Callable  # (**options) -> the most rounds a step draws
+  reads: Tuple[str, ...] = ()  # rollout helpers it takes (`GroupStrategy`)
+  # ``state(layout, **options) -> initial state``: a stateful strategy's;
+  # None when stateless.
+  state: Optional[Callable] = None
+  replays: bool = False  # it refills groups from earlier steps (POPO)
+  # (**options) -> K extra rows per group (RePO's replays); None: none.
+  extra_rows: Optional[Callable] = None
+  # (**options) -> R stored rows joining the batch (row replay); None: none.
+  replay_rows: Optional[Callable] = None
+  # How its per-prompt table takes prompt ids (or a function of the
+  # options); None: it keeps none.
+  prompt_ids: Any = None
+  solutions: bool = False  # it hints from the task's worked solutions
+  moves_rows: bool = False  # it builds a group from rows of several rounds
+  paper: str = ""  # arXiv id (or a short reference)
+
+
+class RowStrategyMeta(NamedTuple):
+  """What a row strategy declares when it registers (`ROW_STRATEGIES`)."""
+  reads: Tuple[str, ...] = ()  # the round fields it takes (``truncated``)
+  paper: str = ""  # arXiv id (or a short reference)
+
+
 SELECTIONS = registry.Registry(
-    "prompt selection", positional=("task", "index", "num_prompts"))
+    "prompt selection", positional=("task", "index", "num_prompts"),
+    meta=SelectionMeta)
 GROUP_STRATEGIES = registry.Registry(
     "group strategy", positional=("draw", "num_prompts"),
-    required=("rounds_per_step",))
-ROW_STRATEGIES = registry.Registry("row strategy", positional=("loss_mask",))
+    meta=GroupStrategyMeta)
+ROW_STRATEGIES = registry.Registry("row strategy", positional=("loss_mask",),
+                                   meta=RowStrategyMeta)
 
 
 class Selected(NamedTuple):
@@ -128,9 +167,10 @@ def make_selection(name: str, *, rounds_per_step: int = 1,
   ``s * rounds_per_step + r``, and the stage states its metadata ``reads``
   (keyword arguments, not options)."""
   meta = SELECTIONS.entry(name).meta
-  reads = tuple(meta.get("reads", ()))
+  reads = tuple(meta.reads)
   SELECTIONS.check_options(name, options, exclude=reads)
-  meta.get("check", lambda **_: None)(**options)
+  if meta.check is not None:
+    meta.check(**options)
   fn = functools.partial(SELECTIONS.get(name), **options)
 
   def select(task, step, round_index, num_prompts, **states):
@@ -148,12 +188,12 @@ def make_group_strategy(name: str, layout: Optional[GroupLayout] = None,
   ``layout=`` and returns ``(Selected, state)``; it needs `layout` (a
   stateless one ignores it)."""
   entry = GROUP_STRATEGIES.entry(name)
-  reads = tuple(entry.meta.get("reads", ()))
+  reads = tuple(entry.meta.reads)
   GROUP_STRATEGIES.check_options(name, options,
                                  exclude=reads + ("state", "layout"))
   fn = functools.partial(entry.fn, **options)
-  rounds = entry.meta["rounds_per_step"](**options)
-  stateful = entry.meta.get("state")
+  rounds = entry.meta.rounds_per_step(**options)
+  stateful = entry.meta.state
   if stateful is not None:
     if layout is None:
       raise ValueError(f"group strategy {name!r} keeps state shaped by the "
@@ -180,7 +220,7 @@ def make_group_strategy(name: str, layout: Optional[GroupLayout] = None,
 def make_row_strategy(name: str, **options) -> RowStrategy:
   """The `RowStrategy` `name` with `options` bound."""
   entry = ROW_STRATEGIES.entry(name)
-  reads = tuple(entry.meta.get("reads", ()))
+  reads = tuple(entry.meta.reads)
   ROW_STRATEGIES.check_options(name, options, exclude=reads)
   fn = functools.partial(entry.fn, **options)
   return RowStrategy(name, reads, lambda: (),

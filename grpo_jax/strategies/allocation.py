@@ -28,7 +28,7 @@ next call's layout); the state is a NamedTuple of fixed-shape arrays
 """
 
 import functools
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -42,8 +42,27 @@ from grpo_jax.strategies import ragged
 HELPERS = ("draw", "select", "task", "profile", "step", "num_prompts",
            "num_rows")
 
+
+class BudgetMeta(NamedTuple):
+  """What a budget strategy declares when it registers (`BUDGETS`). The
+  fields given as functions take the strategy's options."""
+  state: Callable  # (capacity=...) -> its initial state (``()`` if none)
+  width: Callable  # (num_rows, **options) -> G_max, its largest group
+  # check(num_prompts, num_rows, **options): ValueError naming the option.
+  check: Optional[Callable] = None
+  active: bool = True  # False for ``fixed``: the plain pipeline runs
+  picks_prompts: bool = False  # it chooses the step's prompts (sGPO)
+  # (**options) -> completions of each problem it profiles at the first
+  # step (sGPO); None: it profiles none.
+  profile_samples: Optional[Callable] = None
+  # How its per-prompt table takes prompt ids (a function of the options);
+  # None: it keeps none.
+  prompt_ids: Any = None
+  paper: str = ""  # arXiv id (or a short reference)
+
+
 BUDGETS = registry.Registry("budget strategy", positional=("state",),
-                            required=("state", "width"))
+                            meta=BudgetMeta)
 
 
 class Plan(NamedTuple):
@@ -87,19 +106,23 @@ def make_budget(name: str, *, num_prompts: int, num_rows: int,
   fit those rows (checked here, before any compute)."""
   entry = BUDGETS.entry(name)
   BUDGETS.check_options(name, options, exclude=HELPERS)
-  entry.meta.get("check", lambda **_: None)(
-      num_prompts=num_prompts, num_rows=num_rows, **options)
+  if entry.meta.check is not None:
+    entry.meta.check(num_prompts=num_prompts, num_rows=num_rows, **options)
   fn = functools.partial(entry.fn, **options)
-  init = functools.partial(entry.meta["state"], **{
+  init = functools.partial(entry.meta.state, **{
       k: v for k, v in options.items() if k == "capacity"})
   return Budget(
-      name=name, active=entry.meta.get("active", True),
-      width=int(entry.meta["width"](num_rows=num_rows, **options)),
-      init=init, picks_prompts=entry.meta.get("picks_prompts", False),
-      profile_samples=int(entry.meta.get(
-          "profile_samples", lambda **_: 0)(**options)),
+      name=name, active=entry.meta.active,
+      width=int(entry.meta.width(num_rows=num_rows, **options)),
+      init=init, picks_prompts=entry.meta.picks_prompts,
+      profile_samples=_profile_samples(entry.meta, options),
       apply=lambda state, **helpers: fn(
           state, num_prompts=num_prompts, num_rows=num_rows, **helpers))
+
+
+def _profile_samples(meta: BudgetMeta, options) -> int:
+  return 0 if meta.profile_samples is None else int(
+      meta.profile_samples(**options))
 
 
 def _int(name: str, value, low: int, fix: str) -> int:

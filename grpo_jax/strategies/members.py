@@ -47,11 +47,22 @@ from grpo_jax import groups as groups_lib
 from grpo_jax import registry
 from grpo_jax.strategies import filters
 
+
+class MemberFilterMeta(NamedTuple):
+  """What a member filter declares when it registers (`register`)."""
+  statistics: str  # "kept" or "all": the members the statistics span
+  paper: str = ""  # arXiv id (or a short reference)
+  # ``init(**options) -> state``; None for a stateless filter.
+  init: Optional[Callable] = None
+  # ``check(group_size, columns, **options)``: ValueError on bad options.
+  check: Optional[Callable] = None
+
+
 # The stage's array arguments: the group data, the sampled tokens' mask
 # [N, T] (rows p*G + g), the filter's state.
 MEMBER_FILTERS = registry.Registry(
     "member filter", positional=("groups", "mask", "state"),
-    required=("statistics",))
+    meta=MemberFilterMeta)
 STATISTICS = ("kept", "all")
 
 
@@ -296,16 +307,16 @@ def make_member_filter(name: str, *, group_size: int,
   entry = MEMBER_FILTERS.entry(name)
   hidden = ("columns",)
   MEMBER_FILTERS.check_options(name, options, exclude=hidden)
-  if entry.meta["check"] is not None:
-    entry.meta["check"](group_size, columns, **options)
+  if entry.meta.check is not None:
+    entry.meta.check(group_size, columns, **options)
   bound = dict(options)
   if "columns" in inspect.signature(entry.fn).parameters:
     bound["columns"] = tuple(columns or ())
   fn = jax.jit(functools.partial(entry.fn, **bound))
-  init = entry.meta["init"]
+  init = entry.meta.init
   init = (functools.partial(init, **options) if init is not None
           else (lambda: ()))
-  return MemberFilter(name=name, statistics=entry.meta["statistics"],
+  return MemberFilter(name=name, statistics=entry.meta.statistics,
                       init=init, apply=lambda state, groups, mask: fn(
                           groups, mask, state))
 

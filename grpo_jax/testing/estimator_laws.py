@@ -305,7 +305,7 @@ def check_estimator(name: str, key=None, **options):
   groups = estimator_groups(key)
   ran = []
   for law, flag in ESTIMATOR_LAWS:
-    if flag is not None and not meta[flag]:
+    if flag is not None and not getattr(meta, flag):
       continue
     extra = (key,) if "key" in inspect.signature(law).parameters else ()
     law(estimator, groups, *extra)

@@ -120,7 +120,7 @@ def whole_minibatch(name, options) -> bool:
   """Whether `name` with `options` needs the minibatch's rows whole (meta
   ``whole_minibatch``: Clip-Cov's random draw); config validation then
   rejects a microbatch size that splits them."""
-  flag = objectives.OBJECTIVES.entry(name).meta.get("whole_minibatch", False)
+  flag = objectives.OBJECTIVES.entry(name).meta.whole_minibatch
   return bool(flag(**options)) if callable(flag) else bool(flag)
 
 
@@ -179,7 +179,7 @@ def law_on_policy_gradient_is_reinforce(name, options):
                               horizon=objective.horizon)
   want = grad_logp(reinforce, logp, old, adv, mask)
   got = grad_logp(objective, logp, old, adv, mask)
-  if objectives.OBJECTIVES.entry(name).meta.get("on_policy_mask"):
+  if objectives.OBJECTIVES.entry(name).meta.on_policy_mask:
     # Declared: a mask that needs no ratio (clip_cov's covariance rule)
     # drops some tokens on policy too; every other token is REINFORCE's.
     want = jnp.where(jnp.abs(got) > 0, want, 0.0)
@@ -191,7 +191,7 @@ def law_off_policy_differs_from_reinforce(name, options):
   """Off policy the mechanism (clip, gate, penalty, weight, or the ratio
   itself) acts: the gradient is not REINFORCE's. Entries without one
   declare ``mechanism=None`` and are exempt."""
-  mechanism = objectives.OBJECTIVES.entry(name).meta.get("mechanism")
+  mechanism = objectives.OBJECTIVES.entry(name).meta.mechanism
   if mechanism is None:
     return
   objective = objectives.make(name, **options)

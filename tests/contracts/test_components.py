@@ -31,7 +31,7 @@ def cases(registry):
 
 def reads(entry_meta, logp):
   """The arrays a regulariser reads, as random [N, T] log-probs."""
-  return {name: logp - 0.3 for name in entry_meta.get("reads", ())}
+  return {name: logp - 0.3 for name in entry_meta.reads}
 
 
 # ---------------------------------------------------------- regularisers

@@ -20,7 +20,7 @@ LAWS = [pytest.param(law, flag, id=law.__name__[len("check_"):])
 
 def flags(name):
   m = credit.meta(name)
-  return dict(m, token_advantages=not m["row_advantages"])
+  return dict(m._asdict(), token_advantages=not m.row_advantages)
 
 
 @pytest.mark.parametrize("law,flag", LAWS)
@@ -34,7 +34,7 @@ def test_law(name, options, law, flag):
 
 @pytest.mark.parametrize("name", credit.names())
 def test_neutral_options_give_uniform(name):
-  neutral = credit.meta(name).get("neutral")
+  neutral = credit.meta(name).neutral
   if neutral is None:
     pytest.skip("no neutral setting")
   for key in (0, 1):
@@ -45,12 +45,12 @@ def test_neutral_options_give_uniform(name):
 @pytest.mark.parametrize("name,options", CASES)
 def test_metadata_and_options(name, options):
   m = credit.meta(name)
-  assert set(m["reads"]) <= set(credit.READS)
+  assert set(m.reads) <= set(credit.READS)
   if name != "uniform":
-    assert m["paper"] and callable(m["check"])
+    assert m.paper and callable(m.check)
   credit.check_options(name, options)  # every example is a valid option set
   rule = credit.make(name, **options)
-  assert (rule.name, rule.reads, rule.init()) == (name, tuple(m["reads"]), ())
+  assert (rule.name, rule.reads, rule.init()) == (name, tuple(m.reads), ())
   with pytest.raises(ValueError, match="reads"):
     if rule.reads:
       rule.apply((), None, None)

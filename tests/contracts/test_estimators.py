@@ -26,7 +26,7 @@ CASES = [pytest.param(entry.name, options, id=f"{entry.name}-{i}")
 LAWS = [pytest.param(law, flag, id=law.__name__[len("check_"):])
         for law, flag in laws.ESTIMATOR_LAWS]
 STATEFUL_CASES = [case for case in CASES
-                  if advantages.meta(case.values[0])["state"] is not None]
+                  if advantages.meta(case.values[0]).state is not None]
 # From a warm state every law applies but the shift ones: a state remembers
 # absolute rewards (check_shift_invariance_after_a_history shifts them too).
 WARM_LAWS = [case for case in LAWS if case.values[0] not in (
@@ -42,7 +42,7 @@ def run_law(law, estimator, key=jax.random.PRNGKey(0)):
 @pytest.mark.parametrize("law,flag", LAWS)
 @pytest.mark.parametrize("name,options", CASES)
 def test_law(name, options, law, flag):
-  if flag is not None and not advantages.meta(name, **options)[flag]:
+  if flag is not None and not getattr(advantages.meta(name, **options), flag):
     pytest.skip(f"metadata: {flag} is False")
   run_law(law, advantages.make(name, **options))
 
@@ -53,7 +53,7 @@ def test_law_from_a_warm_state(name, options, law, flag):
   """A stateful estimator obeys its laws from the state a history of
   batches leaves (not only from ``init()``, where EBPO and AVSPO are
   GRPO), on groups of which two are collapsed."""
-  if flag is not None and not advantages.meta(name, **options)[flag]:
+  if flag is not None and not getattr(advantages.meta(name, **options), flag):
     pytest.skip(f"metadata: {flag} is False")
   key = jax.random.PRNGKey(0)
   estimator = advantages.make(name, **options)
@@ -68,15 +68,15 @@ def test_law_from_a_warm_state(name, options, law, flag):
 @pytest.mark.parametrize("name,options", CASES)
 def test_metadata_and_record(name, options):
   entry = advantages.ESTIMATORS.entry(name)
-  assert entry.meta["input"] in ("PG", "PGK")
-  assert entry.meta["output"] in ("group", "token")
-  assert entry.meta["paper"]
-  assert set(advantages.meta(name, **options)["reads"]) <= set(
+  assert entry.meta.input in ("PG", "PGK")
+  assert entry.meta.output in ("group", "token")
+  assert entry.meta.paper
+  assert set(advantages.meta(name, **options).reads) <= set(
       advantages.GroupData._fields)
   estimator = advantages.make(name, **options)
   assert (estimator.name, estimator.input, estimator.output) == (
-      name, entry.meta["input"], entry.meta["output"])
-  if entry.meta["state"] is None:
+      name, entry.meta.input, entry.meta.output)
+  if entry.meta.state is None:
     assert estimator.init() == ()
   else:  # a NamedTuple of arrays (law check_state_keeps_its_shapes)
     assert jax.tree.leaves(estimator.init())
@@ -208,7 +208,7 @@ def test_every_estimator_with_options_checks_their_values():
   domains, `_kit.register`); the table above holds a bad value of each."""
   for name in advantages.names():
     if _kit.option_defaults(name):
-      assert callable(advantages.meta(name)["check"]), name
+      assert callable(advantages.meta(name).check), name
       assert name in {case[0] for case in BAD_OPTIONS}, name
 
 
