@@ -226,18 +226,17 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
             params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
         pipeline.task.train_indices())
 
-  # The sampler's temperature rule (HAPO's), from the previous step's
-  # statistics; None for the plain sampler.
-  rule = c["temperature"].rule(states["temperature"])
+  # The sampler-temperature stage (HAPO's), when the pipeline has one: its
+  # rule from the previous step's statistics (None: the plain sampler).
+  tempering = c.get("temperature")
+  rule = None if tempering is None else tempering.rule(
+      states.get("temperature") or tempering.init())
   selected, states = select_groups(params, step, key, states,
                                    pipeline=pipeline, temperature_rule=rule)
   gather = functools.partial(fields_lib.gather, selected)
   t1 = time.perf_counter()
 
   prompt_ids = [selected.rounds[r].prompt_ids[i] for r, i in selected.picks]
-  pad_prompts = functools.partial(sampling.pad_prompts,
-                                  buckets=pipeline.sampler.prompt_buckets,
-                                  pad_id=pipeline.sampler.pad_id)
   step_fields, step_measures = {}, {}
   for name in c["advantage"].reads:  # fields of the step a stage computes
     if name in fields_lib.STEP_FIELDS:
@@ -297,13 +296,15 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
       row_reads={name: rows(gather(name)) for name in c["rows"].reads})
   topk = {name: rows(gather(name)) for name in TOPK_FIELDS
           if getattr(selected.rounds[0], name) is not None}
-  # The sampler-temperature stage's batch fields (HAPO's h_hat).
-  entropy, states["temperature"], entropy_measures = (
-      c["temperature"].batch_fields(
-          states["temperature"], rule, lambda name: rows(gather(name)),
-          loss_mask, sample_mask,
-          np.tile(member_temperatures(pipeline.sampler), p)))
-  prompt_tokens, prompt_mask = pad_prompts(episodes.prompt_ids)
+  entropy, entropy_measures = {}, {}
+  if tempering is not None:  # its batch fields (HAPO's h_hat), if active
+    entropy, states["temperature"], entropy_measures = tempering.batch_fields(
+        states.get("temperature"), rule, lambda name: rows(gather(name)),
+        loss_mask, sample_mask,
+        np.tile(member_temperatures(pipeline.sampler), p))
+  prompt_tokens, prompt_mask = sampling.pad_prompts(
+      episodes.prompt_ids, buckets=pipeline.sampler.prompt_buckets,
+      pad_id=pipeline.sampler.pad_id)
   batch = pipeline.assemble(
       params, ref_params, prompt_tokens, prompt_mask, episodes.tokens,
       episodes.sample_mask, loss_mask, adv,
