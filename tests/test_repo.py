@@ -372,27 +372,11 @@ def test_a_crashed_run_resumes_exactly_with_its_cache(tmp_path):
   assert all(r["repo/replaying_groups"] == 1.0 for r in records[1:])
 
 
-def repetition_by_hand(tokens, *, max_penalty=-1.0):
-  """The repetition shaper's column over unigrams, written out:
-  max_penalty * (1 - distinct tokens / tokens)."""
-  tokens = list(tokens)
-  return max_penalty * (1.0 - len(set(tokens)) / len(tokens))
-
-
-def with_repetition_shaper(config, weight=0.5):
-  """`config` with a unigram repetition penalty as a second reward column:
-  random completions repeat tokens differently, so groups get a signal."""
-  config.rewards.shapers = {"repetition_penalty": dict(
-      weight=weight, ngram_size=1, max_penalty=-1.0)}
-  config.rewards.workers = 0
-  return config
-
-
 def test_reward_shapers_reach_the_replay_cache():
   """RePO's rows are a stage of the one generate, which shapes rewards: the
   cache stores each completion's total over every column, the repetition
   column included (the tiny model earns no verifier reward)."""
-  config = with_repetition_shaper(repo_config.get_config("tiny"))
+  config = testing.with_repetition_shaper(repo_config.get_config("tiny"))
   train.validate(config)  # shapers are carried with RePO's rows
   run = train.build(config)
   _, m, states = testing.rollout_step(run, 0)
@@ -401,7 +385,7 @@ def test_reward_shapers_reach_the_replay_cache():
   filled = np.arange(width)[None, :] >= (width - cache.size)[:, None]
   assert filled.sum() == (config.rollout.num_prompts
                           * config.rollout.num_generations)
-  want = [0.5 * repetition_by_hand(row[:int(n)])
+  want = [0.5 * testing.repetition_by_hand(row[:int(n)])
           for row, n in zip(cache.tokens[filled], cache.mask[filled].sum(-1))]
   np.testing.assert_allclose(cache.rewards[filled], want, rtol=1e-6)
   assert min(want) < 0  # the shaper acted

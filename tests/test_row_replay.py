@@ -261,34 +261,18 @@ def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
   assert max(rec.get("replay/rows_drawn", 0.0) for rec in records) > 0
 
 
-def repetition_by_hand(tokens, *, max_penalty=-1.0):
-  """The repetition shaper's column over unigrams, written out:
-  max_penalty * (1 - distinct tokens / tokens)."""
-  tokens = list(tokens)
-  return max_penalty * (1.0 - len(set(tokens)) / len(tokens))
-
-
-def with_repetition_shaper(config, weight=0.5):
-  """`config` with a unigram repetition penalty as a second reward column:
-  random completions repeat tokens differently, so groups get a signal."""
-  config.rewards.shapers = {"repetition_penalty": dict(
-      weight=weight, ngram_size=1, max_penalty=-1.0)}
-  config.rewards.workers = 0
-  return config
-
-
 def test_reward_shapers_reach_the_stored_rows():
   """Row replay is a stage of the one generate, which shapes rewards: a row
   pushed to the buffer keeps its total over every column, the repetition
   column included (the tiny model earns no verifier reward)."""
-  config = with_repetition_shaper(replay_config.get_config("tiny"))
+  config = testing.with_repetition_shaper(replay_config.get_config("tiny"))
   train.validate(config)  # shapers are carried with replayed rows
   run = train.build(config)
   _, m, states = testing.rollout_step(run, 0)
   buf = jax.device_get(states["groups"])
   valid = np.asarray(buf.valid, bool)
   assert valid.any()  # rows of nonzero advantage were pushed
-  want = [0.5 * repetition_by_hand(row[:int(n)]) for row, n in
+  want = [0.5 * testing.repetition_by_hand(row[:int(n)]) for row, n in
           zip(np.asarray(buf.tokens)[valid], np.asarray(buf.mask)[valid].sum(-1))]
   np.testing.assert_allclose(np.asarray(buf.rewards)[valid], want,
                              rtol=1e-6)

@@ -420,3 +420,21 @@ def check_resume_is_exact(config, workdir, *, crash_at: int = 2, run=None):
   assert [r["step"] for r in resumed] == list(range(config.train.num_steps))
   assert without_timing(records) == without_timing(resumed)
   return straight, records
+
+
+def repetition_by_hand(tokens, *, max_penalty=-1.0):
+  """The repetition shaper's column over unigrams, written out for
+  tests (independent of `rewards.signal_shapers`):
+  max_penalty * (1 - distinct tokens / tokens)."""
+  tokens = list(tokens)
+  return max_penalty * (1.0 - len(set(tokens)) / len(tokens))
+
+
+def with_repetition_shaper(config, weight=0.5):
+  """`config` with a unigram repetition penalty as a second reward column:
+  random completions repeat tokens differently, so groups get a signal."""
+  config.rewards.shapers = {"repetition_penalty": dict(
+      weight=weight, ngram_size=1, max_penalty=-1.0)}
+  config.rewards.workers = 0
+  return config
+
