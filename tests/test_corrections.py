@@ -12,7 +12,6 @@ import optax
 import pytest
 
 from configs import grpo as grpo_config
-from grpo_jax import aggregation as agg
 from grpo_jax.train import batch as batch_lib
 from grpo_jax import config as config_lib
 from grpo_jax import measures

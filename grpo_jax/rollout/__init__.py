@@ -67,13 +67,11 @@ from grpo_jax.rollout import episodes as episodes_lib
 from grpo_jax.rollout import fields as fields_lib
 from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax.rollout import references as references_lib
-from grpo_jax.rollout import revisits as revisits_lib
 from grpo_jax.rollout import rounds
 # One sampling round, re-exported: the rollout's public API.
 from grpo_jax.rollout.rounds import (  # pylint: disable=unused-import
     decode_completions, encode_prompts, member_temperatures, Pipeline, Round,
     sample_round, Sampler, SEGMENT_FIELDS, TOPK_FIELDS)
-from grpo_jax.sampling import entropy_norm
 
 # The stage components whose state the rollout carries, by state name.
 STAGES = ("select", "shape", "groups", "advantage", "credit", "rows",
