@@ -9,6 +9,10 @@ picked groups (`gather`), the groups refilled from a buffer
 (`replayed_groups`), a round as the shapers' state updates read it
 (`shape_data`) and the arrays a credit rule reads (`credit_reads`).
 
+The optional fields are registries by the name a stage reads:
+`ROUND_FIELDS` (computed per round, `round_fields`) and `STEP_FIELDS`
+(computed over the step's kept groups with a stage's state).
+
 `rollout` and `rollout.measures` import this module; it imports neither.
 """
 
