@@ -20,10 +20,16 @@ import traceback
 from absl import app
 from absl import flags
 
-_OUT = flags.DEFINE_string("out", None, "Where to write {config: records}.")
-_CONFIGS = flags.DEFINE_list("configs", [], "Config names; default all.")
-_STEPS = flags.DEFINE_integer("steps", 2, "Steps per run.")
-_COMPARE = flags.DEFINE_list("compare", [], "Two JSON files to compare.")
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defined when run, not on import: tests import this module beside other
+  experiments whose flags share these names."""
+  flags.DEFINE_string("out", None, "Where to write {config: records}.")
+  flags.DEFINE_list("configs", [], "Config names; default all.")
+  flags.DEFINE_integer("steps", 2, "Steps per run.")
+  flags.DEFINE_list("compare", [], "Two JSON files to compare.")
 
 
 def timing(key: str) -> bool:
@@ -65,8 +71,8 @@ def differences(before: dict, after: dict) -> list:
 
 def main(argv):
   del argv
-  if _COMPARE.value:
-    paths = _COMPARE.value
+  if FLAGS.compare:
+    paths = FLAGS.compare
     if len(paths) != 2:
       raise app.UsageError("--compare takes two files: before,after.")
     before, after = (json.load(open(p)) for p in paths)
@@ -76,26 +82,27 @@ def main(argv):
     print(f"{len(before)} / {len(after)} configs, "
           f"{len({n for n, _ in found})} differ")
     sys.exit(1 if found else 0)
-  if not _OUT.value:
+  if not FLAGS.out:
     raise app.UsageError("give --out=FILE or --compare=A,B.")
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_disable_most_optimizations", True)
-  names = _CONFIGS.value or sorted(
+  names = FLAGS.configs or sorted(
       os.path.basename(p)[:-3] for p in glob.glob("configs/*.py")
       if not p.endswith("__init__.py"))
   results, failed = {}, False
   for name in names:
     try:
-      results[name] = run_config(name, _STEPS.value)
+      results[name] = run_config(name, FLAGS.steps)
       print(f"{name}: ok", flush=True)
     except Exception:  # pylint: disable=broad-except
       results[name] = {"error": traceback.format_exc()[-2000:]}
       failed = True
       print(f"{name}: failed", flush=True)
-    with open(_OUT.value, "w") as f:
+    with open(FLAGS.out, "w") as f:
       json.dump(results, f, indent=0, sort_keys=True)
   sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
