@@ -120,7 +120,7 @@ def test_sgpo_profiles_in_calls_of_at_most_n_rows(monkeypatch):
     n = pipeline.sampler.num_generations
     calls.append((len(examples), n))
     return types.SimpleNamespace(rewards=np.ones((len(examples), n, 1)))
-  monkeypatch.setattr(budget_rollout.rollout_lib, "sample_round",
+  monkeypatch.setattr(budget_rollout.rounds, "sample_round",
                       sample_round)
   sampler = collections.namedtuple(
       "Sampler", "num_generations member_temperatures")(2, ())

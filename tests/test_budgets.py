@@ -322,7 +322,8 @@ def quick(name):
     (lambda c: setattr(c, "advantage", config_lib.ml_collections.ConfigDict(
         dict(name="opo", kwargs={}))), "advantage.name"),
     (lambda c: c.groups.update(name="dynamic_sampling"), "groups.name"),
-    (lambda c: c.credit.update(name="ah_grpo"), "credit.name"),
+    # GTPO reads G: equal groups in blocks of rows.
+    (lambda c: c.credit.update(name="gtpo"), "credit.name"),
     (lambda c: c.rollout.update(record_topk=2), "rollout.record_topk"),
     (lambda c: c.budget.update(name="nope"), "budget.name"),
 ])
@@ -361,10 +362,11 @@ def coin(name):
   return fn
 
 
-def tiny_run(name, **budget_options):
+def tiny_run(name, change=lambda c: None, **budget_options):
   import importlib  # pylint: disable=g-import-not-at-top
   config = importlib.import_module(f"configs.{name}").get_config("tiny")
   config.budget.kwargs.update(budget_options)
+  change(config)
   config.rewards.workers = 0
   run = train.build(config)
   pipeline = run.rollout_fn.keywords["pipeline"]
@@ -422,6 +424,32 @@ def test_knapsack_acts_in_a_tiny_step(knapsack_run):
       assert float(gap) < 1e-5, gap
   assert found
   assert not np.array_equal(new["budget"].trials, states["budget"].trials)
+
+
+def test_a_credit_rule_of_each_rows_tokens_runs_on_ragged_rows(knapsack_run):
+  # AH-GRPO: A_t = exp(-alpha C_t) A, C_t the row's entropy before t. The
+  # same step under the identity rule gives A; the ratio is 1 at each row's
+  # first token and falls along it where the sampler was uncertain.
+  run, pipeline = tiny_run("knapsack_rl", lambda c: c.credit.update(
+      name="ah_grpo", kwargs={"alpha": 0.5}), warmup_steps=0)
+  states = seeded(run, [0.5, 0.0, 0.0, 0.5])
+  for step in range(4):
+    batch, m, _ = rollout_once(run, pipeline, states, step)
+    plain, _, _ = rollout_once(knapsack_run[0], knapsack_run[1], seeded(
+        knapsack_run[0], [0.5, 0.0, 0.0, 0.5]), step)
+    np.testing.assert_array_equal(batch.tokens, plain.tokens)
+    a, a0 = np.asarray(batch.advantages), np.asarray(plain.advantages)
+    moved = np.abs(a0) > 0
+    if not moved.any():
+      continue
+    ratio = a[moved] / a0[moved][:, None]
+    mask = np.asarray(batch.completion_mask)[moved]
+    np.testing.assert_allclose(ratio[:, 0], 1.0, rtol=1e-6)
+    assert np.all(np.diff(ratio, axis=1)[mask[:, 1:] > 0] <= 1e-6)
+    assert m["credit/ah_grpo/discounted_fraction"] > 0
+    assert ratio[mask > 0].min() < 0.99
+    return
+  pytest.fail("no step with a nonzero advantage")
 
 
 def test_allocation_changes_every_step_traces_once(knapsack_run):

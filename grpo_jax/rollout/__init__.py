@@ -13,6 +13,10 @@ computes lives in its own package:
   groups    keep, drop or refill groups; may     strategies.groups
             sample again, or add rows (RePO's      (rollout.added)
             K per group, replayed rows)
+  budget    or, in place of select .. groups,    strategies.allocation
+            groups of different sizes in the     (rollout.budgets)
+            same N rows (sGPO, Knapsack, ...)
+  filter    the members that train (GFPO, ...)   strategies.members
   estimate  advantages [P, G] (or [N, T])        advantages
   credit    per-token advantages                 credit
   rows      which tokens train                   strategies.rows
@@ -26,12 +30,17 @@ of step s samples with ``fold_in(key, r)`` (the caller folds in the step)
 and reads prompt index ``s * rounds_per_step + r``, so a resumed run
 continues exactly.
 
+The draw (select .. groups, then the step's fields and the member
+filter: `draw_groups`) hands the rest an `episodes.Drawn` of N rows; under
+an active budget stage the budget strategy draws them instead, groups of
+different sizes in the same N rows (`rollout.budgets.draw`). From the
+estimate on, one sequence serves both.
+
 Beside it: `rollout.build` (the components, `from_config`),
 `rollout.fields` (what the stages read of the rounds), `rollout.episodes`
-(the rows the update trains on), `rollout.added` (rows a group strategy
-adds), `rollout.measures` (the step's measurements), and the step whose
-groups are ragged under an active budget (`rollout.budgets`, still a path
-of its own).
+(the rows as drawn and as the update trains on them), `rollout.added`
+(rows a group strategy adds), `rollout.measures` (the step's
+measurements).
 
 Several processes (multi-host, one process per host) run the same program
 on one global mesh, and every process builds the same step:
@@ -63,11 +72,13 @@ from grpo_jax import sampling
 from grpo_jax import strategies
 from grpo_jax.rewards import shaping as shaping_lib
 from grpo_jax.rollout import added as added_lib
+from grpo_jax.rollout import budgets
 from grpo_jax.rollout import episodes as episodes_lib
 from grpo_jax.rollout import fields as fields_lib
 from grpo_jax.rollout import measures as rollout_measures
 from grpo_jax.rollout import references as references_lib
 from grpo_jax.rollout import rounds
+from grpo_jax.strategies import ragged
 # One sampling round, re-exported: the rollout's public API.
 from grpo_jax.rollout.rounds import (  # pylint: disable=unused-import
     decode_completions, encode_prompts, member_temperatures, Pipeline, Round,
@@ -191,6 +202,72 @@ def group_data(selected, pipeline: Pipeline, **step_fields
          if getattr(selected.rounds[0], field) is not None})
 
 
+def draw_groups(params, step: int, key, states, *, pipeline: Pipeline,
+                temperature_rule=None):
+  """The draw of [P, G] groups: the select, sample, score, shape and groups
+  stages (`select_groups`), the fields of the step the estimator reads
+  (`fields.STEP_FIELDS`) and the member filter. Returns (`episodes.Drawn`
+  of the N = P * G rows, row p*G + g member g of group p; states)."""
+  c = pipeline.components
+  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
+  selected, states = select_groups(params, step, key, states,
+                                   pipeline=pipeline,
+                                   temperature_rule=temperature_rule)
+  gather = functools.partial(fields_lib.gather, selected)
+  n = p * g
+  rows = lambda x: np.asarray(x).reshape((n,) + np.shape(x)[2:])
+
+  def field(name):
+    present = getattr(selected.rounds[0], name) is not None
+    return rows(gather(name)) if present else None
+
+  step_fields, measures = {}, {}
+  for name in c["advantage"].reads:  # fields of the step a stage computes
+    if name in fields_lib.STEP_FIELDS:
+      stage, compute = fields_lib.STEP_FIELDS[name]
+      step_fields[name], states[stage], stage_measures = compute(
+          params, selected, states[stage], c[stage], pipeline=pipeline,
+          gather=gather)
+      measures.update(stage_measures)
+  groups = group_data(selected, pipeline, **step_fields)
+  # The member filter (GFPO, BPPO): kept rows [N] (None: all), a token
+  # mask, and GroupData.members where the estimator sees only the kept.
+  groups, kept_rows, kept_tokens, filter_state, filter_measures = (
+      strategies.filter_members(c.get("filter"), states.get("filter"),
+                                groups, field("mask")))
+  if "filter" in c:
+    states["filter"] = filter_state
+  measures.update(filter_measures)
+  measures.update(selected.measurements or {})
+  loss_mask = field("mask") * np.repeat(selected.valid, g)[:, None]
+  if kept_rows is not None:  # filtered members: no loss
+    kept_rows = np.asarray(kept_rows, bool)
+    loss_mask = loss_mask * kept_rows[:, None]
+  if kept_tokens is not None:  # BPPO's prefix
+    loss_mask = loss_mask * np.asarray(kept_tokens, np.float32)
+  # Groups refilled from a buffer (POPO): marked in every step's batch (one
+  # structure), so the on-policy update leaves them out of the sampler gap.
+  replayed = None
+  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.replays:
+    replayed = np.repeat(fields_lib.replayed_groups(selected),
+                         g).astype(np.float32)
+
+  def describe(adv, batch):
+    if selected.replay is not None:  # the round's own, on its fresh rows
+      return rollout_measures.describe_fresh(
+          selected, adv, batch, pipeline, estimator=c["advantage"])
+    return rollout_measures.describe(
+        selected, adv, batch, pipeline, estimator=c["advantage"],
+        members=groups.members, kept_rows=kept_rows)
+
+  return episodes_lib.Drawn(
+      groups=groups, group=np.repeat(np.arange(p, dtype=np.int32), g),
+      prompt_ids=[selected.rounds[r].prompt_ids[i] for r, i in selected.picks],
+      field=field, loss_mask=loss_mask, kept_rows=kept_rows,
+      replayed=replayed, selected=selected, describe=describe,
+      measures=measures), states
+
+
 def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
              *, pipeline: Pipeline):
   """One step's `Batch`, its measurements and the stages' new states.
@@ -207,20 +284,14 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
     (Batch, measurements dict of floats, states).
   """
   c, states = pipeline.components, dict(states)
-  if "budget" in c and c["budget"].active:  # ragged groups in N rows
-    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
-    return budget_rollout.generate(params, ref_params, step, key, states,
-                                   pipeline=pipeline)
-  p, g = pipeline.num_prompts, pipeline.sampler.num_generations
   t0 = time.perf_counter()
   offline_measures = {}
   if step == 0 and c["advantage"].offline is not None:
     # SPO's offline init: the state from n samples of every training
     # problem under the initial policy, before step 0 draws by it. Step 0
     # is the flag: a resumed run starts after its checkpoint's step >= 1.
-    from grpo_jax.rollout import budgets as budget_rollout  # pylint: disable=g-import-not-at-top
     states["advantage"], offline_measures = c["advantage"].offline(
-        states["advantage"], budget_rollout.profile_fn(
+        states["advantage"], budgets.profile_fn(
             params, jax.random.fold_in(key, _OFFLINE_KEY), pipeline),
         pipeline.task.train_indices())
 
@@ -229,77 +300,52 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   tempering = c.get("temperature")
   rule = None if tempering is None else tempering.rule(
       states.get("temperature") or tempering.init())
-  selected, states = select_groups(params, step, key, states,
-                                   pipeline=pipeline, temperature_rule=rule)
-  gather = functools.partial(fields_lib.gather, selected)
+  if "budget" in c and c["budget"].active:  # groups of different sizes
+    drawn, states = budgets.draw(params, step, key, states,
+                                 pipeline=pipeline)
+  else:
+    drawn, states = draw_groups(params, step, key, states, pipeline=pipeline,
+                                temperature_rule=rule)
   t1 = time.perf_counter()
 
-  prompt_ids = [selected.rounds[r].prompt_ids[i] for r, i in selected.picks]
-  step_fields, step_measures = {}, {}
-  for name in c["advantage"].reads:  # fields of the step a stage computes
-    if name in fields_lib.STEP_FIELDS:
-      stage, compute = fields_lib.STEP_FIELDS[name]
-      step_fields[name], states[stage], measures = compute(
-          params, selected, states[stage], c[stage], pipeline=pipeline,
-          gather=gather)
-      step_measures.update(measures)
-  groups = group_data(selected, pipeline, **step_fields)
-  # The member filter (GFPO, BPPO): kept rows [N] (None: all), a token
-  # mask, and GroupData.members where the estimator sees only the kept.
-  groups, kept_rows, kept_tokens, filter_state, filter_measures = (
-      strategies.filter_members(c.get("filter"), states.get("filter"),
-                                groups, gather("mask").reshape(p * g, -1)))
-  if "filter" in c:
-    states["filter"] = filter_state
   # Rows a group strategy adds beside the P x G (RePO's, row replay's).
-  added = selected.replay
+  added = None if drawn.selected is None else drawn.selected.replay
   stage = None if added is None else added_lib.STAGES[type(added)]
   if stage is None:
     adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
-                                                       groups)
+                                                       drawn.groups)
   else:
     adv, added_adv, states["advantage"] = stage.estimate(
-        added, c["advantage"], states["advantage"], groups,
-        selected.rounds[0], pipeline.weights)
-  n = p * g
-  rows = lambda x: np.asarray(x).reshape((n,) + np.shape(x)[2:])
-  # Group advantages [P, G] become one per row; token-level ones are [N, T].
-  adv = {"group": rows, "token": np.asarray}[c["advantage"].output](adv)
-  sample_mask = rows(gather("mask"))
-  loss_mask = sample_mask * np.repeat(selected.valid, g)[:, None]
-  if kept_rows is not None:  # filtered members: no loss, advantage 0
-    kept_rows = np.asarray(kept_rows, bool)
-    loss_mask = loss_mask * kept_rows[:, None]
-    adv = np.where(kept_rows.reshape((n,) + (1,) * (adv.ndim - 1)), adv,
-                   0.0).astype(np.float32)
-  if kept_tokens is not None:  # BPPO's prefix
-    loss_mask = loss_mask * np.asarray(kept_tokens, np.float32)
-  # Groups refilled from a buffer (POPO): marked in every step's batch (one
-  # structure), so the on-policy update leaves them out of the sampler gap.
-  replayed = None
-  if strategies.GROUP_STRATEGIES.entry(c["groups"].name).meta.replays:
-    replayed = np.repeat(fields_lib.replayed_groups(selected),
-                         g).astype(np.float32)
+        added, c["advantage"], states["advantage"], drawn.groups,
+        drawn.selected.rounds[0], pipeline.weights)
+  # Group advantages [P, W] become one per row; token-level ones are [N, T].
+  adv = np.asarray(adv)
+  if c["advantage"].output == "group":
+    adv = ragged.gather_rows(adv, drawn.group)
+  if drawn.kept_rows is not None:  # filtered members: advantage 0
+    adv = np.where(drawn.kept_rows.reshape((-1,) + (1,) * (adv.ndim - 1)),
+                   adv, 0.0).astype(np.float32)
   episodes = episodes_lib.Episodes(
-      prompt_ids=prompt_ids, tokens=rows(gather("tokens")),
-      sample_mask=sample_mask, loss_mask=loss_mask, advantages=adv,
-      sampler_logp=rows(gather("sampler_logp")), replayed=replayed)
+      prompt_ids=drawn.prompt_ids, tokens=drawn.field("tokens"),
+      sample_mask=drawn.field("mask"), loss_mask=drawn.loss_mask,
+      advantages=adv, sampler_logp=drawn.field("sampler_logp"),
+      replayed=drawn.replayed)
   fresh_adv = adv
   if stage is not None:
     episodes = stage.join(added, episodes, added_adv)
   adv, loss_mask, credited, states = credit_and_rows(
       c, states, episodes.advantages, episodes.loss_mask,
-      credit_reads=fields_lib.credit_reads(c["credit"].reads, gather, rows,
+      credit_reads=fields_lib.credit_reads(c["credit"].reads, drawn.field,
                                            pipeline),
-      row_reads={name: rows(gather(name)) for name in c["rows"].reads})
-  topk = {name: rows(gather(name)) for name in TOPK_FIELDS
-          if getattr(selected.rounds[0], name) is not None}
+      row_reads={name: drawn.field(name) for name in c["rows"].reads})
+  topk = {name: drawn.field(name) for name in TOPK_FIELDS
+          if drawn.field(name) is not None}
   entropy, entropy_measures = {}, {}
   if tempering is not None:  # its batch fields (HAPO's h_hat), if active
     entropy, states["temperature"], entropy_measures = tempering.batch_fields(
-        states.get("temperature"), rule, lambda name: rows(gather(name)),
-        loss_mask, sample_mask,
-        np.tile(member_temperatures(pipeline.sampler), p))
+        states.get("temperature"), rule, drawn.field, loss_mask,
+        episodes.sample_mask,
+        np.tile(member_temperatures(pipeline.sampler), pipeline.num_prompts))
   prompt_tokens, prompt_mask = sampling.pad_prompts(
       episodes.prompt_ids, buckets=pipeline.sampler.prompt_buckets,
       pad_id=pipeline.sampler.pad_id)
@@ -312,22 +358,15 @@ def generate(params, ref_params, step: int, key, states: Mapping[str, Any],
   jax.block_until_ready((batch.old_logp, batch.ref_logp))
   if stage is not None:  # e.g. the fresh rows enter a replay buffer
     states["groups"] = stage.finish(added, states["groups"],
-                                    selected.rounds[0], fresh_adv,
+                                    drawn.selected.rounds[0], fresh_adv,
                                     weights=pipeline.weights, step=step)
   t2 = time.perf_counter()
-  if stage is None:
-    measurements = rollout_measures.describe(
-        selected, adv, batch, pipeline, estimator=c["advantage"],
-        members=groups.members, kept_rows=kept_rows)
-  else:  # the round's own on its fresh rows, and the added rows'
-    measurements = rollout_measures.describe_fresh(
-        selected, adv, batch, pipeline, estimator=c["advantage"])
+  measurements = drawn.describe(adv, batch)
+  if stage is not None:  # the added rows'
     measurements.update(stage.measures(added, added_adv, adv,
                                        states["groups"]))
   measurements.update(credit_lib.measurements(c["credit"].name, credited))
-  measurements.update(step_measures)
-  measurements.update(filter_measures)
-  measurements.update(selected.measurements or {})
+  measurements.update(drawn.measures)
   measurements.update(entropy_measures)
   measurements.update(offline_measures)
   measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})

@@ -1,37 +1,30 @@
-"""One step under a budget strategy (config.budget; `strategies.allocation`):
-groups of different sizes in the step's fixed N rows.
+"""The draw of a step under a budget strategy (config.budget;
+`strategies.allocation`): groups of different sizes in the step's fixed N
+rows, a draw stage of `rollout.generate` beside the plain [P, G] one.
 
-`rollout.generate` hands the step here when the budget stage is active.
 The strategy decides each prompt's group size (between sampling calls, on
 the host) and calls ``draw``, which samples the ragged rows
 (`sampling.sample` with ``row_prompt``: each prompt is prefilled once and
 each row continues its own prompt; padding rows end before their first
-token) and scores the real ones. Then, on the N rows:
+token) and scores the real ones. `draw` hands `rollout.generate` the rows
+as an `episodes.Drawn`: the estimator sees a [P, G_max] view of them
+(`ragged.scatter_view`) with `GroupData.members` marking the slots a row
+fills, so it must honour members (grpo, dr_grpo, rloo: the statistics over
+the real members only); its advantages are gathered back to the rows
+(`ragged.gather_rows`), and credit, rows, assembly and the update run on
+the N rows as for any step, each row with its own prompt (the update's
+shared-prompt forward is off, `train.build`). Padding rows have an empty
+loss mask, advantage 0, and enter no statistic.
 
-  estimate  a [P, G_max] view of the rows (`ragged.scatter_view`) with
-            `GroupData.members` marking the slots a row fills; the
-            estimator must honour members (grpo, dr_grpo, rloo: the
-            statistics over the real members only), and its [P, G_max]
-            advantages are gathered back to the rows (`ragged.gather_rows`)
-  credit    identity rules only (train.validate)
-  rows      the row strategy on the N rows
-  assemble  `batch.assemble_batch` with one prompt per row (P = N, G = 1)
-
-Why a view and not `ragged.ragged_grpo`: the view serves every estimator
-that honours members (three now, each with its own tests), and the rest of
-the pipeline (credit, rows, assemble, the update) keeps working on N rows.
-Padding rows have an empty loss mask, advantage 0, and enter no statistic;
-the update's shared-prompt forward is off (`train.build`: rows of a block
-no longer share a prompt).
-
-What this path does not carry (train.validate refuses each, naming the
+What a budget draw does not carry (train.validate refuses each, naming the
 field): group strategies other than ``all_groups``, member filters, reward
 shapers, per-member temperatures, ReMax's greedy row, answer ids, segment
 fields, SPO's revisits, HAPO's adaptive temperatures and entropy_hat, the
-sampler's top-K.
+sampler's top-K, credit rules that read G (``num_generations``: groups
+in equal blocks of rows). Each needs the field it reads computed for
+ragged rows (`rollout.fields`).
 """
 
-import time
 
 import jax
 import numpy as np
@@ -39,9 +32,10 @@ import numpy as np
 from grpo_jax import groups as groups_lib
 from grpo_jax.data import profiling
 from grpo_jax import rewards as rewards_lib
-from grpo_jax import rollout as rollout_lib
+from grpo_jax.rollout import episodes as episodes_lib
 from grpo_jax.rollout import fields as rollout_fields
 from grpo_jax.rollout import measures as rollout_measures
+from grpo_jax.rollout import rounds
 from grpo_jax import sampling
 from grpo_jax.runtime import sharding
 from grpo_jax.strategies import ragged
@@ -63,7 +57,7 @@ def _score_rows(pipeline, examples, group) -> tuple:
     rewards = np.zeros((local.size, k), np.float32)
     errors = np.zeros((1, k), np.int64)
     if real.size:
-      texts = rollout_lib.decode_completions(
+      texts = rounds.decode_completions(
           pipeline.tokenizer, out.tokens[real], out.lengths[real])
       owners = [examples[g] for g in group[real]]
       result = rewards_lib.score(
@@ -87,7 +81,7 @@ def sample_rows(params, examples, sizes, num_rows: int, key, *,
   """
   s = pipeline.sampler
   layout = ragged.ragged_rows(np.asarray(sizes, np.int64), num_rows)
-  prompt_ids = rollout_lib.encode_prompts(
+  prompt_ids = rounds.encode_prompts(
       pipeline.tokenizer, examples, format_prompt=pipeline.format_prompt,
       system_prompt=s.system_prompt)
   prompt_tokens, prompt_mask = sampling.pad_prompts(
@@ -107,8 +101,7 @@ def sample_rows(params, examples, sizes, num_rows: int, key, *,
   return ragged.Rows(
       group=group, prompt_index=np.where(real, index[owner], -1).astype(
           np.int32),
-      prompt_tokens=np.asarray(prompt_tokens)[owner],
-      prompt_mask=np.asarray(prompt_mask, np.float32)[owner],
+      prompt_ids=ragged.id_lists([prompt_ids[i] for i in owner]),
       tokens=np.asarray(out.tokens), mask=mask,
       sampler_logp=np.asarray(out.tempered_logprobs, np.float32),
       token_entropies=np.asarray(out.entropies, np.float32),
@@ -133,7 +126,7 @@ def profile_fn(params, key, pipeline):
 
     def solve(batch_indices, b):
       examples = [pipeline.task.example(int(i)) for i in batch_indices]
-      rnd = rollout_lib.sample_round(params, examples,
+      rnd = rounds.sample_round(params, examples,
                                      jax.random.fold_in(key, b),
                                      pipeline=sub)
       return rnd.rewards[..., column] > 0
@@ -150,12 +143,12 @@ def profile_batch(num_rows: int, num_samples: int) -> int:
   return max(1, num_rows // num_samples)
 
 
-def generate(params, ref_params, step: int, key, states, *, pipeline):
-  """`rollout.generate` under the active budget stage ``budget``: the same
-  arguments and returns (Batch of N rows, measurements, states)."""
+def draw(params, step: int, key, states, *, pipeline):
+  """The draw stage under the active budget stage ``budget``: the N rows
+  its strategy draws, as `rollout.generate` takes them
+  (`episodes.Drawn`), and the states with the budget's new one."""
   c, states = pipeline.components, dict(states)
   p = pipeline.num_prompts
-  t0 = time.perf_counter()
 
   def select():
     return c["select"].select(pipeline.task, step, 0, p, **{
@@ -163,20 +156,18 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
 
   drawn = []  # every draw's rows, as sampled and scored
 
-  def draw(examples, sizes, rows, r):
+  def draw_rows(examples, sizes, rows, r):
     drawn.append(sample_rows(params, examples, sizes, rows,
                              jax.random.fold_in(key, r), pipeline=pipeline))
     return drawn[-1]
 
   plan, states["budget"] = c["budget"].apply(
-      states["budget"], draw=draw, select=select, task=pipeline.task,
+      states["budget"], draw=draw_rows, select=select, task=pipeline.task,
       profile=profile_fn(params, jax.random.fold_in(key, _PROFILE_KEY),
                          pipeline), step=step)
   rows = plan.rows
   group = np.asarray(rows.group)
   real = group >= 0
-  t1 = time.perf_counter()
-
   width = c["budget"].width
   view = lambda x: ragged.scatter_view(x, group, p, width)[0]
   rewards, members = ragged.scatter_view(rows.rewards, group, p, width)
@@ -188,24 +179,15 @@ def generate(params, ref_params, step: int, key, states, *, pipeline):
       sequence_logprobs=view((rows.sampler_logp * rows.mask).sum(-1)),
       entropies=view(rows.entropies), prompt_index=prompt_index,
       members=members)
-  adv, states["advantage"] = c["advantage"].estimate(states["advantage"],
-                                                     groups)
-  adv = ragged.gather_rows(np.asarray(adv, np.float32), group)
-  loss_mask = rows.mask * real[:, None]
-  adv, loss_mask, _, states = rollout_lib.credit_and_rows(
-      c, states, adv, loss_mask,
-      row_reads={name: getattr(rows, name) for name in c["rows"].reads})
-  batch = pipeline.assemble(
-      params, ref_params, rows.prompt_tokens, rows.prompt_mask, rows.tokens,
-      rows.mask, loss_mask, adv, sampler_logp=rows.sampler_logp)
-  jax.block_until_ready((batch.old_logp, batch.ref_logp))
-  t2 = time.perf_counter()
-  measurements = describe_rows(
-      rows, adv, batch, pipeline, num_prompts=p, sampled=drawn,
-      per_reward=c["advantage"].input == "PGK")
-  measurements.update(plan.measures)
-  measurements.update({"time/sample_s": t1 - t0, "time/logprob_s": t2 - t1})
-  return batch, measurements, states
+  per_reward = c["advantage"].input == "PGK"
+  return episodes_lib.Drawn(
+      groups=groups, group=group, prompt_ids=list(rows.prompt_ids),
+      field=lambda name: getattr(rows, name, None),
+      loss_mask=rows.mask * real[:, None], kept_rows=None, replayed=None,
+      selected=None, measures=plan.measures,
+      describe=lambda adv, batch: describe_rows(
+          rows, adv, batch, pipeline, num_prompts=p, sampled=drawn,
+          per_reward=per_reward)), states
 
 
 def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
@@ -327,8 +309,12 @@ def check_config(c) -> None:
       fail(field, f"{pair[0]!r} cannot run with {why}"
            + (" and picks its own prompts" if field == "select.name" else ""),
            f"set --config.{field}={pair[1]}, or budget.name=fixed")
-  path_checks.check_plain_stages(c, why, rows=False,
-                                 fix=", or budget.name=fixed")
+  # Credit rules of the row's own tokens run on its rows; those that read
+  # G (equal groups in blocks of rows) cannot.
+  path_checks.check_plain_stages(
+      c, why, rows=False, credit_reads=("token_entropies", "tokens",
+                                        "rewards"),
+      fix=", or budget.name=fixed")
   signal = b.kwargs.get("signal_reward", "")
   columns = tuple(c.rewards.functions)
   if signal and signal not in columns:

@@ -93,17 +93,16 @@ def shape_data(rnd, pipeline, step: int) -> shaping_lib.RoundData:
       prompt_index=np.repeat(rnd.prompt_index, g))
 
 
-def credit_reads(names, gather, rows, pipeline) -> dict:
+def credit_reads(names, field, pipeline) -> dict:
   """The arrays a credit rule reads (`credit.READS`) by name, [N, ...]:
   ``rewards`` is each row's weighted total, ``num_generations`` G, and the
-  others the Round fields of that name (`gather(field)` [P, G, ...] of
-  the picked groups, `rows` flattens it to [N, ...])."""
+  others the row fields of that name (`field(name)`, `episodes.Drawn`)."""
   derived = {
       "num_generations": lambda: pipeline.sampler.num_generations,
-      "rewards": lambda: rows((gather("rewards") * pipeline.weights).sum(-1)
-                              .astype(np.float32)),
+      "rewards": lambda: (field("rewards") * pipeline.weights).sum(-1)
+                         .astype(np.float32),
   }
-  return {name: derived[name]() if name in derived else rows(gather(name))
+  return {name: derived[name]() if name in derived else field(name)
           for name in names}
 
 

@@ -1,6 +1,6 @@
 """Config checks shared by the steps whose rows are not P x G groups:
-ragged groups (`rollout.budgets`, a path of its own), RePO's G + K rows
-(`rollout.repo`) and replayed rows (`rollout.replay`), both stages of
+ragged groups (a budget stage's draw, `rollout.budgets`), RePO's G + K
+rows (`rollout.repo`) and replayed rows (`rollout.replay`), all stages of
 `rollout.generate`.
 
 Each fills only some of the group data, and the stages that read a
@@ -36,20 +36,24 @@ def check_fixed_budget(c, why: str) -> None:
 
 
 def check_plain_stages(c, why: str, *, rows: bool = True,
-                       shapers: bool = True, fix: str = "") -> None:
-  """No member filter, an identity credit rule, no per-member
-  temperatures, no sampler top-K or temperature rule and no objective
-  reading `entropy_hat`; with `shapers`, no reward shapers; with `rows`, a
-  row strategy that reads no round field. `fix` is appended to each fix
+                       shapers: bool = True, credit_reads=(),
+                       fix: str = "") -> None:
+  """No member filter, no per-member temperatures, no sampler top-K or
+  temperature rule and no objective reading `entropy_hat`; a credit rule
+  that reads only `credit_reads` (the per-row arrays the path keeps); with `shapers`, no reward shapers; with `rows`, a row
+  strategy that reads no round field. `fix` is appended to each fix
   (", or budget.name=fixed").
   """
   r = c.rollout
   if c.get("filter", {}).get("name", "none") != "none":
     fail("filter.name", f"{c.filter.name!r} is not carried with {why}",
          f"set --config.filter.name=none{fix}")
-  if not credit.meta(c.credit.name).identity:
-    fail("credit.name", f"credit rule {c.credit.name!r} is not carried "
-         f"with {why}", f"set --config.credit.name=uniform{fix}")
+  rule = credit.meta(c.credit.name)
+  unkept = [name for name in rule.reads if name not in credit_reads]
+  if unkept:  # a rule of the advantages and mask alone runs on any rows
+    fail("credit.name", f"credit rule {c.credit.name!r} reads "
+         f"{unkept[0]!r}, which {why} does not keep",
+         f"set --config.credit.name=uniform{fix}")
   if rows and strategies.ROW_STRATEGIES.entry(c.rows.name).meta.reads:
     fail("rows.name", f"row strategy {c.rows.name!r} reads round fields "
          f"{why} does not keep", f"set --config.rows.name=all_rows{fix}")

@@ -107,7 +107,7 @@ class Rows(NamedTuple):
     group: [R] int32, the row's prompt among the step's P (-1: padding,
       no loss and no statistic).
     prompt_index: [R] int32, the prompt's `data.Example.index` (-1 padding).
-    prompt_tokens, prompt_mask: [R, Sp] the row's left-padded prompt.
+    prompt_ids: [R] object, the row's prompt token id list (`id_lists`).
     tokens, mask, sampler_logp, token_entropies: [R, T] (int32, float32).
     lengths: [R] int32; truncated: [R] bool; entropies: [R] float32.
     rewards: [R, K] float32 reward columns; total: [R] float32 their
@@ -118,8 +118,7 @@ class Rows(NamedTuple):
   """
   group: np.ndarray
   prompt_index: np.ndarray
-  prompt_tokens: np.ndarray
-  prompt_mask: np.ndarray
+  prompt_ids: np.ndarray
   tokens: np.ndarray
   mask: np.ndarray
   sampler_logp: np.ndarray
@@ -135,10 +134,17 @@ class Rows(NamedTuple):
 
 
 # The fields of `Rows` with one entry per row.
-ROW_FIELDS = ("group", "prompt_index", "prompt_tokens", "prompt_mask",
-              "tokens", "mask", "sampler_logp",
+ROW_FIELDS = ("group", "prompt_index", "prompt_ids", "tokens", "mask", "sampler_logp",
               "token_entropies", "lengths", "truncated", "entropies",
               "rewards", "total")
+
+
+def id_lists(lists) -> np.ndarray:
+  """[R] object array of R token id lists (of any lengths), so that rows
+  index, join and drop like the other fields."""
+  out = np.empty(len(lists), object)
+  out[:] = [list(ids) for ids in lists]
+  return out
 
 
 def take_rows(rows: Rows, index) -> Rows:

@@ -23,8 +23,7 @@ def fake_rows(examples, sizes, num_rows, solved):
   ones = np.ones((num_rows, 2), np.float32) * real[:, None]
   return ragged.Rows(
       group=layout.group, prompt_index=np.where(real, index[owner], -1),
-      prompt_tokens=np.ones((num_rows, 3), np.int32),
-      prompt_mask=np.ones((num_rows, 3), np.float32),
+      prompt_ids=ragged.id_lists([[1, 2, 3]] * num_rows),
       tokens=np.ones((num_rows, 2), np.int32), mask=ones,
       sampler_logp=-ones, token_entropies=ones,
       lengths=2 * real.astype(np.int32), truncated=np.zeros(num_rows, bool),
