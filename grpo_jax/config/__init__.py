@@ -264,7 +264,7 @@ def use_quickstart_scale(c: ml_collections.ConfigDict
   """The quickstart's scale on the embedded model (configs/quickstart.py):
   2 prompts x 4 completions of up to 40 tokens, 40 steps at lr 2e-5 and no
   KL, greedy accuracy on 40 held-out problems (half the task held out)
-  after steps 20 and 40; about ten minutes on a 2-core CPU."""
+  after steps 20 and 40; about 3 to 5 minutes on a 2-core CPU."""
   c.data.heldout_fraction = 0.5
   c.data.heldout_size = 40
   c.data.prompt_buckets = (64, 128)
