@@ -216,6 +216,55 @@ def gsm8k_solution(text: str, answer: str) -> str:
   return f"{work}\nThe answer is \\boxed{{{answer}}}.".lstrip()
 
 
+def _import_failure(package: str, error: ImportError) -> str:
+  """What failed to import and what to install: the missing module itself
+  (a dependency of `package`, say), not `package` by default."""
+  missing = (getattr(error, "name", None) or package).split(".")[0]
+  return (f"{package} failed to import ({type(error).__name__}: {error}); "
+          f"pip install {missing.replace('_', '-')}")
+
+
+def gsm8k_source(split: str, data_dir: Optional[str] = None):
+  """tfds's data source of GSM8K's `split`, from prepared data only.
+
+  Never downloads: offline, tfds's download retries the network for
+  minutes before it fails. ValueError saying what to install when tfds
+  (or a module it imports) is missing, and how to prepare GSM8K once
+  when it is not prepared in `data_dir` (None: tfds's default,
+  ``TFDS_DATA_DIR`` or ~/tensorflow_datasets).
+  """
+  try:
+    # Imported here: tfds is slow to import and only this source needs it.
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    # Importing the builder registers "gsm8k" (tfds does not import text
+    # builders when TensorFlow is absent).
+    from tensorflow_datasets.text.gsm8k import gsm8k as _  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as error:
+    raise ValueError(f"GSM8K: {_import_failure('tensorflow_datasets', error)}"
+                     ".") from error
+  try:
+    return tfds.data_source("gsm8k", split=split, data_dir=data_dir,
+                            download=False)
+  except ImportError as error:  # tfds imports some modules lazily
+    raise ValueError(f"GSM8K: {_import_failure('tensorflow_datasets', error)}"
+                     ".") from error
+  except Exception as error:  # pylint: disable=broad-except
+    # tfds says "format not supported" for data that is simply absent.
+    builder = tfds.builder("gsm8k", data_dir=data_dir)
+    where = f", data_dir={data_dir!r}" if data_dir else ""
+    prepare = ("prepare it once where the network allows: python -c "
+               "\"import tensorflow_datasets as tfds; tfds.data_source("
+               f"'gsm8k'{where})\" (the array_record files read here), "
+               "with the same data_dir; or give a JSONL file of the problems")
+    if not builder.is_prepared():
+      raise ValueError(f"GSM8K is not prepared in {builder.data_dir}; "
+                       f"{prepare}.") from error
+    raise ValueError(
+        f"GSM8K's split {split!r} could not be read from {builder.data_dir} "
+        f"({type(error).__name__}: {error}); check the split, or "
+        f"{prepare}.") from error
+
+
 def gsm8k(split: str, *, data_dir: Optional[str] = None,
           instruction: Optional[str] = None,
           solutions: bool = False) -> List[Example]:
@@ -226,7 +275,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
 
   Args:
     split: a tfds split, e.g. "train", "test" or "train[:100]".
-    data_dir: tfds data directory holding the prepared dataset.
+    data_dir: tfds data directory holding the prepared dataset
+      (`gsm8k_source`: read, never downloaded).
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.
     solutions: keep each worked solution as ``Example.solution``
@@ -235,12 +285,7 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
   Returns:
     The split's examples in stored order, each its record index as id.
   """
-  # Imported here: tfds is slow to import and only this source needs it.
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  # Importing the builder registers "gsm8k" (tfds does not import text
-  # builders when TensorFlow is absent).
-  from tensorflow_datasets.text.gsm8k import gsm8k as _  # pylint: disable=g-import-not-at-top,unused-import
-  source = tfds.data_source("gsm8k", split=split, data_dir=data_dir)
+  source = gsm8k_source(split, data_dir)
   examples = []
   for i in range(len(source)):
     record = source[i]
