@@ -1,4 +1,5 @@
-"""Tasks: the example type, GSM8K (tfds), JSONL files, the task registry.
+"""Tasks: the example type, GSM8K (tfds), JSONL files, the task registry
+(Hugging Face datasets: `hf`; reasoning_gym's generators: `gym`).
 
 Every source is a `Dataset`: ``train(step, batch_size)`` gives the batch of
 training step `step`, a pure function of (seed, step), so a resumed run sees the
@@ -12,11 +13,15 @@ it), and ``example(index)`` gives a training example back.
 |-------------------|--------------------------------|--------------------------|
 | `arithmetic.ArithmeticTask` | fresh problems per step | a hash-split of problems |
 | `arithmetic.SegmentTask` | fresh multi-part problems | a hash-split of problems |
+| `gym.GymTask`     | generated problems per step    | a hash-split of problems |
 | `ListDataset`     | a seeded permutation per epoch | a fixed list             |
 
 The registered tasks (`TASKS`, a config's ``data.task``) build them:
 ``arithmetic``, ``segments`` (multi-part problems with per-segment rewards;
-its metadata ``segments=True``), ``gsm8k`` and ``jsonl``.
+its metadata ``segments=True``), ``gsm8k``, ``jsonl``, ``hf`` (a Hugging
+Face dataset: a data file, a ``save_to_disk`` directory or a hub id;
+`hf`) and ``reasoning_gym`` (procedural problems scored by their
+generators, the ``reasoning_gym`` reward; `gym`).
 
 The answer format (a final ``\\boxed{}``, what `rewards.format_reward` checks)
 is asked for in `SYSTEM_PROMPT`; pass it to `format_prompt`. Questions are bare
@@ -392,11 +397,41 @@ def gsm8k_task(*, seed: int = 0) -> ListDataset:
 
 
 @TASKS.register("jsonl")
-def jsonl_task(*, path: str, seed: int = 0, heldout_fraction: float = 0.2
+def jsonl_task(*, path: str, seed: int = 0, heldout_fraction: float = 0.2,
+               question_key: str = "question", answer_key: str = "answer"
                ) -> ListDataset:
   """A JSONL file of question/answer pairs, hash-split (`split_heldout`)."""
-  train, heldout = split_heldout(jsonl(path), fraction=heldout_fraction)
+  train, heldout = split_heldout(
+      jsonl(path, question_key=question_key, answer_key=answer_key),
+      fraction=heldout_fraction)
   return ListDataset(train, heldout, seed=seed)
+
+
+@TASKS.register("hf")
+def hf_task(*, path: str, seed: int = 0, subset: str = "",
+            split: str = "train", heldout_split: str = "",
+            question_key: str = "question", answer_key: str = "answer",
+            heldout_fraction: float = 0.2) -> ListDataset:
+  """A Hugging Face dataset's question/answer pairs: a data file, a
+  ``save_to_disk`` directory or a cached hub id (`hf.load_task`)."""
+  from grpo_jax.data import hf  # pylint: disable=g-import-not-at-top
+  return hf.load_task(
+      path, seed=seed, subset=subset, split=split,
+      heldout_split=heldout_split, question_key=question_key,
+      answer_key=answer_key, heldout_fraction=heldout_fraction)
+
+
+@TASKS.register("reasoning_gym")
+def reasoning_gym_task(*, generators: Sequence[str], seed: int = 0,
+                       difficulty: int = 0, problems_per_generator: int = 1000,
+                       heldout_fraction: float = 0.2):
+  """reasoning_gym's generators (e.g. `gym.DEFAULT_GENERATORS`) at one
+  curriculum level (`gym.GymTask`); scored by the ``reasoning_gym``
+  reward."""
+  from grpo_jax.data import gym  # pylint: disable=g-import-not-at-top
+  return gym.GymTask(tuple(generators), difficulty=difficulty,
+                     problems_per_generator=problems_per_generator,
+                     seed=seed, heldout_fraction=heldout_fraction)
 
 
 def make_task(data_config, *, seed: int):
@@ -405,3 +440,4 @@ def make_task(data_config, *, seed: int):
   options = TASKS.options(data_config.task, exclude=("seed",))
   return TASKS.get(data_config.task)(
       seed=seed, **{name: data_config[name] for name in options})
+
