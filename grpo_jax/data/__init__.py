@@ -259,8 +259,8 @@ def gsm8k_source(split: str, data_dir: Optional[str] = None):
     where = f", data_dir={data_dir!r}" if data_dir else ""
     prepare = ("prepare it once where the network allows: python -c "
                "\"import tensorflow_datasets as tfds; tfds.data_source("
-               f"'gsm8k'{where})\" (the array_record files read here), "
-               "with the same data_dir; or give a JSONL file of the problems")
+               f"'gsm8k'{where})\" (the array_record files read here); or "
+               "give a JSONL file of the problems")
     if not builder.is_prepared():
       raise ValueError(f"GSM8K is not prepared in {builder.data_dir}; "
                        f"{prepare}.") from error
