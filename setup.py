@@ -1,5 +1,12 @@
 from setuptools import find_packages, setup
 
+# More data sources (grpo_jax.data): Hugging Face datasets (data.task='hf'),
+# reasoning_gym's generators (data.task='reasoning_gym'; its dependency
+# pycosat builds from source: a C compiler), and importlib_resources, which
+# tensorflow-datasets 4.9 imports to read GSM8K but does not require.
+DATA = ["datasets>=5.0,<6", "reasoning-gym>=0.1.25,<0.2",
+        "importlib_resources>=6"]
+
 setup(
     name="grpo_jax",
     version="0.1.0",
@@ -49,7 +56,9 @@ setup(
         # tests compile tiny programs, one core each.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4",
                  "accelerate>=0.26",
-                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",
+                 *DATA],
+        "data": DATA,
         # google-tunix pinned: the sampler benchmark patches its Llama's
         # RoPE (0.1.7 ignores rope_theta). trl pulls accelerate and datasets.
         "bench": ["torch>=2.4", "trl>=0.20", "google-tunix==0.1.7"],

@@ -5,8 +5,10 @@
   # a trained run's latest checkpoint (its own config), 8 samples per problem
   python -m experiments.evaluate --checkpoint=runs/quickstart \
       --num_samples=8 --k=1,4,8 --json=runs/quickstart/eval.json
-  # GSM8K's test split (tensorflow_datasets; prepare it once where the
-  # network allows, e.g. `tfds build gsm8k`), the first 200 problems
+  # GSM8K's test split (tensorflow_datasets, read and never downloaded:
+  # prepare it once where the network allows, python -c "import
+  # tensorflow_datasets as tfds; tfds.data_source('gsm8k')"), the first
+  # 200 problems
   python -m experiments.evaluate --config=configs/quickstart.py \
       --benchmark=gsm8k --num_problems=200
   # a JSONL file of question/answer records (MATH-500, AIME, ...)

@@ -37,7 +37,9 @@ A multi-part problem (the segments task, SD-GRPO's) is judged as its
 ``all_segments`` reward judges it: correct when its s-th ``\\boxed{}``
 equals the s-th sub-answer for every part; its answer, for the vote, is the
 tuple of its boxes (`Segmented`). A whole-text parse would read the three
-boxes of "11; 5; 0" as the set {0, 5, 11} and the reference as 0.
+boxes of "11; 5; 0" as the set {0, 5, 11} and the reference as 0. A
+reasoning_gym problem is judged by its generator's scorer (correct at a
+score of 1; `rewards.gym_scoring`), its answer the last box's text.
 """
 
 import math
@@ -51,11 +53,11 @@ import numpy as np
 
 from grpo_jax import data as data_lib
 from grpo_jax import models
-from grpo_jax.data import records
+from grpo_jax.data import gym, records
 from grpo_jax import rollout
 from grpo_jax import sampling as sampling_lib
 from grpo_jax.runtime import sharding
-from grpo_jax.rewards import verifiers
+from grpo_jax.rewards import gym_scoring, verifiers
 
 # ------------------------------------------------------------ the figures
 
@@ -172,7 +174,10 @@ class Segmented(NamedTuple):
 
 
 def same_answer(first, second) -> bool:
-  """`verifiers.same_answer`, part by part for `Segmented` answers."""
+  """`verifiers.same_answer`, part by part for `Segmented` answers; the
+  same text for reasoning_gym's (`parse_completion`)."""
+  if isinstance(first, str):
+    return first == second
   if isinstance(first, Segmented):
     return len(first.parts) == len(second.parts) and all(
         verifiers.same_answer(a, b) for a, b in zip(first.parts, second.parts))
@@ -220,20 +225,13 @@ def _heldout(config, num_problems: int, **unused) -> list:
 
 
 def _gsm8k(config, num_problems: int, *, data_dir=None, **unused) -> list:
-  """GSM8K's test split (tensorflow_datasets)."""
+  """GSM8K's test split (tensorflow_datasets; prepared data only, never
+  downloaded: `data.gsm8k_source` says what is missing)."""
   del config, num_problems, unused
   try:
     return data_lib.gsm8k("test", data_dir=data_dir)
-  except ImportError as error:
-    raise ValueError(
-        "benchmark 'gsm8k' needs tensorflow_datasets; pip install "
-        "tensorflow-datasets.") from error
-  except Exception as error:  # tfds raises many types; keep its message.
-    raise ValueError(
-        f"benchmark 'gsm8k': tensorflow_datasets could not load GSM8K's "
-        f"test split ({type(error).__name__}: {error}); prepare it where "
-        "the network allows (tfds build gsm8k) and pass its data_dir, or "
-        "give a JSONL file.") from error
+  except ValueError as error:
+    raise ValueError(f"benchmark 'gsm8k': {error}") from error
 
 
 def _jsonl(path: str, *, question_key: str = "", answer_key: str = "") -> list:
@@ -327,7 +325,9 @@ def parse_references(examples: Sequence[data_lib.Example], *,
   (or sub-answer)."""
   golds = []
   for i, example in enumerate(examples):
-    if segmented:
+    if gym.is_reference(example.answer):  # judged by its generator
+      gold = gym_scoring.Reference(example.answer)
+    elif segmented:
       gold = Segmented(tuple(
           verifiers.parse_reference(part)
           for part in verifiers.reference_segments(example.answer)))
@@ -413,7 +413,10 @@ def complete(params, model_config, tokenizer, examples, key, *,
 def parse_completion(text: str, gold):
   """A completion's parsed final answer (`verifiers.parse_answer`), or for
   a `Segmented` reference the `Segmented` of its boxes, each parsed as the
-  ``all_segments`` reward parses it; empty when it gives none."""
+  ``all_segments`` reward parses it; empty when it gives none. For a
+  reasoning_gym `Reference`, the last box's text ("" when none)."""
+  if isinstance(gold, gym_scoring.Reference):
+    return gym_scoring.final_answer(text) or ""
   if not isinstance(gold, Segmented):
     return verifiers.parse_answer(text)
   boxes = verifiers.boxed_answers(text)
@@ -424,7 +427,10 @@ def parse_completion(text: str, gold):
 def is_correct(answer, gold) -> bool:
   """Whether a `parse_completion` answer equals its reference: every part
   of a `Segmented` one in order (a missing box is wrong, extra boxes do not
-  count), as ``all_segments`` rewards it."""
+  count), as ``all_segments`` rewards it; a reasoning_gym `Reference`
+  when its generator scores the answer 1."""
+  if isinstance(gold, gym_scoring.Reference):
+    return bool(answer) and gym_scoring.score_answer(answer, gold.text) == 1
   if not isinstance(gold, Segmented):
     return verifiers.matches_reference(answer, gold)
   return bool(answer) and len(answer.parts) >= len(gold.parts) and all(

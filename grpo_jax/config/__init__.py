@@ -19,6 +19,8 @@ import ml_collections
 from grpo_jax.data import arithmetic
 from grpo_jax.config import errors as config_errors
 from grpo_jax import data
+from grpo_jax.data import gym
+from grpo_jax import registry
 
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
@@ -53,8 +55,23 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.lora.targets = ("q", "k", "v", "o", "gate", "up", "down")
 
   c.data = ml_collections.ConfigDict()
-  c.data.task = "arithmetic"      # a `data.TASKS` name: arithmetic | gsm8k | jsonl
-  c.data.path = ""                # the JSONL file when task == "jsonl"
+  # A `data.TASKS` name: arithmetic | segments | gsm8k | jsonl | hf |
+  # reasoning_gym.
+  c.data.task = "arithmetic"
+  # jsonl: the file; hf: a data file, save_to_disk directory or hub id.
+  c.data.path = ""
+  c.data.question_key = "question"  # jsonl, hf: the question's field
+  c.data.answer_key = "answer"    # jsonl, hf: the reference answer's field
+  # hf: the dataset's subset (config name, e.g. "main"), the split trained
+  # on and the split held out ("": heldout_fraction of the training split).
+  c.data.subset = ""
+  c.data.split = "train"
+  c.data.heldout_split = ""
+  # reasoning_gym: the generators, their curriculum level (0 the easiest)
+  # and the problems of each (`data.gym`).
+  c.data.generators = gym.DEFAULT_GENERATORS
+  c.data.difficulty = 0
+  c.data.problems_per_generator = 1000
   # The system message; "" leaves the chat template's own default.
   c.data.system_prompt = data.SYSTEM_PROMPT
   # The arithmetic task: `operands` numbers of up to `digits` digits.
@@ -358,9 +375,15 @@ def check_files(c) -> None:
       _fail("data.path", f"{c.data.path!r} is not readable",
             "fix its permissions")
     try:  # a bad line, key or id fails here, before the model loads
-      data.jsonl(path)
+      data.jsonl(path, question_key=c.data.question_key,
+                 answer_key=c.data.answer_key)
     except ValueError as e:
       raise ValueError(f"config.data.path: {e}") from None
+  if c.data.task == "hf":  # the file, split or columns, before the model
+    try:
+      data.make_task(c.data, seed=c.seed)
+    except ValueError as e:
+      raise ValueError(f"config.{e}") from None
   name = c.model.name
   # "org/name" (one slash) is a hub id; "runs/x/export" and "./x" are paths.
   looks_local = (name.startswith((".", "/", "~")) or name.endswith(".gguf")
@@ -399,9 +422,18 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
             "e.g. --config.lora.targets='(\"q\", \"v\")'")
     _positive(c, "lora.alpha")
   _check_choice("data.task", c.data.task, data.TASKS.names())
-  if c.data.task == "jsonl" and not c.data.path:
-    _fail("data.path", "is empty but data.task='jsonl'",
-          "set --config.data.path=/path/to/file.jsonl")
+  if c.data.task in ("jsonl", "hf") and not c.data.path:
+    _fail("data.path", f"is empty but data.task={c.data.task!r}",
+          "set --config.data.path=/path/to/file.jsonl (hf: also a data "
+          "file, a save_to_disk directory or a hub id)")
+  if c.data.task == "reasoning_gym":
+    try:
+      gym.check_options(tuple(c.data.generators), c.data.difficulty,
+                             c.data.problems_per_generator)
+    except registry.OptionError as e:
+      raise ValueError(f"config.data.{e.key}: {e}") from None
+    except ValueError as e:  # reasoning_gym missing
+      _fail("data.task", str(e).rstrip("."), "or choose another task")
   if c.data.task == "arithmetic":
     _positive(c, "data.digits")
     if c.data.operands < 2:
@@ -457,6 +489,7 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
             f"choose from {', '.join(known)}")
   if not c.rewards.functions:
     _fail("rewards.functions", "is empty", "name at least one reward function")
+  rewards.gym_scoring.check_task(c.data.task, tuple(c.rewards.functions))
   if len(c.rewards.weights) != len(c.rewards.functions):
     _fail("rewards.weights",
           f"has {len(c.rewards.weights)} entries for "

@@ -1,4 +1,5 @@
-"""Tasks: the example type, GSM8K (tfds), JSONL files, the task registry.
+"""Tasks: the example type, GSM8K (tfds), JSONL files, the task registry
+(Hugging Face datasets: `hf`; reasoning_gym's generators: `gym`).
 
 Every source is a `Dataset`: ``train(step, batch_size)`` gives the batch of
 training step `step`, a pure function of (seed, step), so a resumed run sees the
@@ -12,11 +13,15 @@ it), and ``example(index)`` gives a training example back.
 |-------------------|--------------------------------|--------------------------|
 | `arithmetic.ArithmeticTask` | fresh problems per step | a hash-split of problems |
 | `arithmetic.SegmentTask` | fresh multi-part problems | a hash-split of problems |
+| `gym.GymTask`     | generated problems per step    | a hash-split of problems |
 | `ListDataset`     | a seeded permutation per epoch | a fixed list             |
 
 The registered tasks (`TASKS`, a config's ``data.task``) build them:
 ``arithmetic``, ``segments`` (multi-part problems with per-segment rewards;
-its metadata ``segments=True``), ``gsm8k`` and ``jsonl``.
+its metadata ``segments=True``), ``gsm8k``, ``jsonl``, ``hf`` (a Hugging
+Face dataset: a data file, a ``save_to_disk`` directory or a hub id;
+`hf`) and ``reasoning_gym`` (procedural problems scored by their
+generators, the ``reasoning_gym`` reward; `gym`).
 
 The answer format (a final ``\\boxed{}``, what `rewards.format_reward` checks)
 is asked for in `SYSTEM_PROMPT`; pass it to `format_prompt`. Questions are bare
@@ -216,6 +221,55 @@ def gsm8k_solution(text: str, answer: str) -> str:
   return f"{work}\nThe answer is \\boxed{{{answer}}}.".lstrip()
 
 
+def _import_failure(package: str, error: ImportError) -> str:
+  """What failed to import and what to install: the missing module itself
+  (a dependency of `package`, say), not `package` by default."""
+  missing = (getattr(error, "name", None) or package).split(".")[0]
+  return (f"{package} failed to import ({type(error).__name__}: {error}); "
+          f"pip install {missing.replace('_', '-')}")
+
+
+def gsm8k_source(split: str, data_dir: Optional[str] = None):
+  """tfds's data source of GSM8K's `split`, from prepared data only.
+
+  Never downloads: offline, tfds's download retries the network for
+  minutes before it fails. ValueError saying what to install when tfds
+  (or a module it imports) is missing, and how to prepare GSM8K once
+  when it is not prepared in `data_dir` (None: tfds's default,
+  ``TFDS_DATA_DIR`` or ~/tensorflow_datasets).
+  """
+  try:
+    # Imported here: tfds is slow to import and only this source needs it.
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    # Importing the builder registers "gsm8k" (tfds does not import text
+    # builders when TensorFlow is absent).
+    from tensorflow_datasets.text.gsm8k import gsm8k as _  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as error:
+    raise ValueError(f"GSM8K: {_import_failure('tensorflow_datasets', error)}"
+                     ".") from error
+  try:
+    return tfds.data_source("gsm8k", split=split, data_dir=data_dir,
+                            download=False)
+  except ImportError as error:  # tfds imports some modules lazily
+    raise ValueError(f"GSM8K: {_import_failure('tensorflow_datasets', error)}"
+                     ".") from error
+  except Exception as error:  # pylint: disable=broad-except
+    # tfds says "format not supported" for data that is simply absent.
+    builder = tfds.builder("gsm8k", data_dir=data_dir)
+    where = f", data_dir={data_dir!r}" if data_dir else ""
+    prepare = ("prepare it once where the network allows: python -c "
+               "\"import tensorflow_datasets as tfds; tfds.data_source("
+               f"'gsm8k'{where})\" (the array_record files read here); or "
+               "give a JSONL file of the problems")
+    if not builder.is_prepared():
+      raise ValueError(f"GSM8K is not prepared in {builder.data_dir}; "
+                       f"{prepare}.") from error
+    raise ValueError(
+        f"GSM8K's split {split!r} could not be read from {builder.data_dir} "
+        f"({type(error).__name__}: {error}); check the split, or "
+        f"{prepare}.") from error
+
+
 def gsm8k(split: str, *, data_dir: Optional[str] = None,
           instruction: Optional[str] = None,
           solutions: bool = False) -> List[Example]:
@@ -226,7 +280,8 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
 
   Args:
     split: a tfds split, e.g. "train", "test" or "train[:100]".
-    data_dir: tfds data directory holding the prepared dataset.
+    data_dir: tfds data directory holding the prepared dataset
+      (`gsm8k_source`: read, never downloaded).
     instruction: appended to every question, e.g.
       `rewards.ANSWER_INSTRUCTION`.
     solutions: keep each worked solution as ``Example.solution``
@@ -235,12 +290,7 @@ def gsm8k(split: str, *, data_dir: Optional[str] = None,
   Returns:
     The split's examples in stored order, each its record index as id.
   """
-  # Imported here: tfds is slow to import and only this source needs it.
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  # Importing the builder registers "gsm8k" (tfds does not import text
-  # builders when TensorFlow is absent).
-  from tensorflow_datasets.text.gsm8k import gsm8k as _  # pylint: disable=g-import-not-at-top,unused-import
-  source = tfds.data_source("gsm8k", split=split, data_dir=data_dir)
+  source = gsm8k_source(split, data_dir)
   examples = []
   for i in range(len(source)):
     record = source[i]
@@ -347,11 +397,41 @@ def gsm8k_task(*, seed: int = 0) -> ListDataset:
 
 
 @TASKS.register("jsonl")
-def jsonl_task(*, path: str, seed: int = 0, heldout_fraction: float = 0.2
+def jsonl_task(*, path: str, seed: int = 0, heldout_fraction: float = 0.2,
+               question_key: str = "question", answer_key: str = "answer"
                ) -> ListDataset:
   """A JSONL file of question/answer pairs, hash-split (`split_heldout`)."""
-  train, heldout = split_heldout(jsonl(path), fraction=heldout_fraction)
+  train, heldout = split_heldout(
+      jsonl(path, question_key=question_key, answer_key=answer_key),
+      fraction=heldout_fraction)
   return ListDataset(train, heldout, seed=seed)
+
+
+@TASKS.register("hf")
+def hf_task(*, path: str, seed: int = 0, subset: str = "",
+            split: str = "train", heldout_split: str = "",
+            question_key: str = "question", answer_key: str = "answer",
+            heldout_fraction: float = 0.2) -> ListDataset:
+  """A Hugging Face dataset's question/answer pairs: a data file, a
+  ``save_to_disk`` directory or a cached hub id (`hf.load_task`)."""
+  from grpo_jax.data import hf  # pylint: disable=g-import-not-at-top
+  return hf.load_task(
+      path, seed=seed, subset=subset, split=split,
+      heldout_split=heldout_split, question_key=question_key,
+      answer_key=answer_key, heldout_fraction=heldout_fraction)
+
+
+@TASKS.register("reasoning_gym")
+def reasoning_gym_task(*, generators: Sequence[str], seed: int = 0,
+                       difficulty: int = 0, problems_per_generator: int = 1000,
+                       heldout_fraction: float = 0.2):
+  """reasoning_gym's generators (e.g. `gym.DEFAULT_GENERATORS`) at one
+  curriculum level (`gym.GymTask`); scored by the ``reasoning_gym``
+  reward."""
+  from grpo_jax.data import gym  # pylint: disable=g-import-not-at-top
+  return gym.GymTask(tuple(generators), difficulty=difficulty,
+                     problems_per_generator=problems_per_generator,
+                     seed=seed, heldout_fraction=heldout_fraction)
 
 
 def make_task(data_config, *, seed: int):
@@ -360,3 +440,4 @@ def make_task(data_config, *, seed: int):
   options = TASKS.options(data_config.task, exclude=("seed",))
   return TASKS.get(data_config.task)(
       seed=seed, **{name: data_config[name] for name in options})
+

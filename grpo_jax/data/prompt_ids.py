@@ -11,6 +11,8 @@ processes or a resumed run:
 | ``gsm8k``     | the record's index in its split                           |
 | ``jsonl``     | the record's integer ``id`` field, or its index among    |
 |               | the file's records when no record has the field           |
+| ``hf``        | the row's index in its split                              |
+| ``reasoning_gym`` | g * S + j: problem j of generator g, S problems each  |
 
 A per-prompt table (SPO's Beta tracker and its revisit memory, HAPO's length
 history, Knapsack-RL's success tracker, sGPO's profile) has a configured
@@ -159,12 +161,16 @@ def id_space(data_config, *, seed: int = 0) -> Optional[IdSpace]:
   if task == "gsm8k":
     return IdSpace(bound=GSM8K_TRAIN_SIZE, count=GSM8K_TRAIN_SIZE,
                    source="data.task='gsm8k' (its train split)")
-  if task == "jsonl":  # the file's own errors (a line, a key, an id) raise
+  if task in ("jsonl", "hf"):  # a file's own errors (line, key, id) raise
     built = data.make_task(data_config, seed=seed)
     ids = [e.index for e in built.train_examples]
     return IdSpace(bound=max(ids) + 1, count=len(ids),
                    duplicates=duplicates(ids),
                    source=f"data.path={data_config.path!r}")
+  if task == "reasoning_gym":
+    built = data.make_task(data_config, seed=seed)
+    return IdSpace(bound=built.num_problems, count=len(built.train_indices()),
+                   source=f"data.generators={tuple(built.generators)!r}")
   return None
 
 

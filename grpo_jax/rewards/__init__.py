@@ -22,6 +22,7 @@ them is `shaping`.
 | ``accuracy``  | verifier | 1 if math-verify finds the reference answer, else 0 |
 | ``format``    | verifier | 1 if the completion ends with ``\\boxed{...}``       |
 | ``boxed_once``, ``shows_work``, ``concise`` | verifier | rubric criteria (`rubric`) |
+| ``reasoning_gym`` | verifier | a reasoning_gym generator's score (`gym_scoring`) |
 | ``overlong``  | shaper   | 0, then a ramp to -1 near the length limit          |
 | ``lcpo``      | shaper   | L1's target-length reward (target in the prompt)    |
 | ``grpo_lead`` | shaper   | exp(-alpha z) for correct, -1 for wrong answers     |
@@ -40,7 +41,7 @@ the advantage estimator's domain.
 
 from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
                                       group_advantages, score)
-from grpo_jax.rewards import rubric
+from grpo_jax.rewards import gym_scoring, rubric
 from grpo_jax.rewards.length_shapers import (cosine_length, grpo_lead,
                                              hapo_length, lcpo, lead_reweight,
                                              length_budget)
@@ -59,7 +60,8 @@ __all__ = [
     "ScoreResult", "ShapeStage", "Shaper", "VERIFIERS", "accuracy",
     "answer_is_correct", "check_shapers", "column_ranges", "consteer",
     "cosine_length", "repetition_penalty",
-    "format_reward", "get", "group_advantages", "grpo_lead", "hapo_length",
+    "format_reward", "get", "group_advantages", "gym_scoring", "grpo_lead",
+    "hapo_length",
     "lcpo", "lead_reweight", "length_budget", "make_shape_stage",
     "make_shaper", "math_answer", "names", "overlong_penalty", "pow3r",
     "rubric", "score", "shaper_range"]

@@ -473,7 +473,7 @@ def check_prompt_ids(c, *, by_id: Sequence[str] = ()) -> None:
   try:
     ids = prompt_ids.id_space(c.data, seed=c.seed)
   except ValueError as e:  # a JSONL file's line, key or id: name the field
-    field = "data.path" if c.data.task == "jsonl" else "data.task"
+    field = "data.path" if c.data.task in ("jsonl", "hf") else "data.task"
     raise ValueError(f"config.{field}: {e}") from None
   if ids is None:
     return
