@@ -35,13 +35,15 @@ def run(main) -> None:
 
 
 def parse_flags(argv):
-  """absl's flag parsing, but ``--help`` exits 0 and a misspelt config key
-  reads as one line."""
+  """absl's flag parsing, but ``--help`` exits 0, and a bad flag value, a
+  config file that raises or a misspelt config key read as one line
+  (flags are not parsed yet: ``--verbose`` is looked for in `argv`)."""
   if any(arg in _HELP for arg in argv[1:_end_of_flags(argv)]):
     app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   if "--helpfull" in argv[1:_end_of_flags(argv)]:
     app.usage(writeto_stdout=True, exitcode=0)
-  verbose = "--verbose" in argv
+  verbose = any(arg in ("--verbose", "--verbose=true", "--verbose=True")
+                for arg in argv)
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:  # a bad flag value (absl's message)

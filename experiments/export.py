@@ -10,7 +10,6 @@ loads with ``transformers.AutoModelForCausalLM.from_pretrained(out)``, with
 ``--out`` must not exist or be empty; it appears only when complete.
 """
 
-from absl import app
 from absl import flags
 
 from experiments import _cli

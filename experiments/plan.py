@@ -59,7 +59,6 @@ _set_up_devices(sys.argv)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import json
 
-from absl import app
 from absl import flags
 import jax
 from ml_collections import config_flags
