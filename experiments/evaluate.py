@@ -39,6 +39,7 @@ if __name__ == "__main__":  # before the imports below, which a re-exec
 from absl import app
 from absl import flags
 from ml_collections import config_flags
+from experiments import _cli
 from grpo_jax import train as train_lib
 from grpo_jax import evaluation
 from grpo_jax.train import saved_runs
@@ -105,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _cli.run(main)

@@ -1,4 +1,4 @@
-"""A trained policy as a Hugging Face directory: ``python -m experiments.export``.
+r"""A trained policy as a Hugging Face directory: ``python -m experiments.export``.
 
   python -m experiments.export --checkpoint=runs/quickstart --out=exported/
   python -m experiments.export --checkpoint=runs/x --step=40 --dtype=bfloat16 \
@@ -10,9 +10,9 @@ loads with ``transformers.AutoModelForCausalLM.from_pretrained(out)``, with
 ``--out`` must not exist or be empty; it appears only when complete.
 """
 
-from absl import app
 from absl import flags
 
+from experiments import _cli
 from grpo_jax import models
 from grpo_jax.train import saved_runs
 from grpo_jax.models import export
@@ -41,4 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _cli.run(main)

@@ -1,4 +1,4 @@
-"""Plan a run's memory and FLOPs ahead of time: ``python -m experiments.plan``.
+r"""Plan a run's memory and FLOPs ahead of time: ``python -m experiments.plan``.
 
   python -m experiments.plan --config=configs/grpo.py \
       --config.model.name=qwen2.5-7b --devices=8 --config.mesh.shape='(1,8,1)'
@@ -59,10 +59,10 @@ _set_up_devices(sys.argv)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import json
 
-from absl import app
 from absl import flags
 import jax
 from ml_collections import config_flags
+from experiments import _cli
 from grpo_jax import train as train_lib
 from grpo_jax import planning
 
@@ -110,4 +110,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _cli.run(main)

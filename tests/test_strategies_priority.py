@@ -205,7 +205,7 @@ def test_prioritized_needs_a_beta_tracker_and_indexed_problems():
   for floor in (0.0, -1.0, float("nan")):
     config = spo_config.get_config()
     config.select.kwargs.floor = floor
-    with pytest.raises(ValueError, match=r"config\.select\.kwargs: floor"):
+    with pytest.raises(ValueError, match=r"config\.select\.kwargs\.floor: floor"):
       train.validate(config)
 
 

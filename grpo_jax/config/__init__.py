@@ -352,6 +352,8 @@ def finalize(c: ml_collections.ConfigDict, arg=None
 
 # The error helpers shared by every check module (`config.errors`); the
 # checks across stages live in `rollout.checks`.
+ConfigError = config_errors.ConfigError  # what `fail` raises
+
 _fail = config_errors.fail
 _check_choice = config_errors.check_choice
 _check_component = config_errors.check_component
@@ -378,12 +380,12 @@ def check_files(c) -> None:
       data.jsonl(path, question_key=c.data.question_key,
                  answer_key=c.data.answer_key)
     except ValueError as e:
-      raise ValueError(f"config.data.path: {e}") from None
+      raise config_errors.ConfigError(f"config.data.path: {e}") from None
   if c.data.task == "hf":  # the file, split or columns, before the model
     try:
       data.make_task(c.data, seed=c.seed)
     except ValueError as e:
-      raise ValueError(f"config.{e}") from None
+      raise config_errors.ConfigError(f"config.{e}") from None
   name = c.model.name
   # "org/name" (one slash) is a hub id; "runs/x/export" and "./x" are paths.
   looks_local = (name.startswith((".", "/", "~")) or name.endswith(".gguf")

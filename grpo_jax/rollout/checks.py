@@ -104,7 +104,8 @@ def check_estimator_inputs(c, advantages, columns) -> None:
             options["weight"] for options in c.rewards.shapers.values()),
         ranges=rewards.column_ranges(c.rewards.functions, c.rewards.shapers))
   except ValueError as e:
-    raise ValueError(f"config.advantage: {str(e).rstrip('.')}.") from None
+    raise config_errors.ConfigError(
+        f"config.advantage: {str(e).rstrip('.')}.") from None
 
 
 def _option_values(fns, kwargs) -> dict:
@@ -474,12 +475,12 @@ def check_prompt_ids(c, *, by_id: Sequence[str] = ()) -> None:
     ids = prompt_ids.id_space(c.data, seed=c.seed)
   except ValueError as e:  # a JSONL file's line, key or id: name the field
     field = "data.path" if c.data.task in ("jsonl", "hf") else "data.task"
-    raise ValueError(f"config.{field}: {e}") from None
+    raise config_errors.ConfigError(f"config.{field}: {e}") from None
   if ids is None:
     return
   if users and ids.duplicates:
     shown = ", ".join(map(str, ids.duplicates[:5]))
-    raise ValueError(
+    raise config_errors.ConfigError(
         f"config.data.path: {c.data.path} repeats the {prompt_ids.ID_KEY!r} field "
         f"({len(ids.duplicates)} ids, e.g. {shown}), but "
         f"{', '.join(users)} key per-prompt state on it; give every record "
@@ -488,11 +489,28 @@ def check_prompt_ids(c, *, by_id: Sequence[str] = ()) -> None:
   for table in tables:
     prompt_ids.check_table(table, ids)
   if draws and c.rollout.num_prompts > ids.count:
-    raise ValueError(
+    raise config_errors.ConfigError(
         f"config.rollout.num_prompts: {c.rollout.num_prompts} exceeds the "
         f"{ids.count} training problems {c.select.name!r} draws from "
         f"without replacement ({ids.source}); set rollout.num_prompts <= "
         f"{ids.count}.")
+
+
+def check_objective_error(c, message: str) -> None:
+  """An objective's ValueError (its options' values) as a config error at
+  ``objective.kwargs.<option>``, the objective's default as the example;
+  a mode that needs a horizon gets the constant normaliser's."""
+  from grpo_jax import objectives  # pylint: disable=g-import-not-at-top
+  if "needs horizon=" in message:
+    _fail("objective.kwargs.horizon", message.rstrip("."),
+          f"e.g. --config.objective.kwargs.horizon={c.rollout.max_new_tokens} "
+          "(rollout.max_new_tokens) for a constant normaliser, or another "
+          "objective.kwargs.aggregation")
+  entry = objectives.OBJECTIVES.entry(c.objective.name)
+  state = entry.meta.state
+  fns = (entry.fn,) + (() if state is None else (state.init, state.update))
+  config_errors.fail_option("objective.kwargs", message,
+                            _option_values(fns, {}), owner=c.objective.name)
 
 
 # --------------------------------------------------------- every stage
@@ -524,9 +542,7 @@ def check_stages(c) -> None:
   try:
     objective = objectives.make(c.objective.name, **kwargs)
   except ValueError as e:
-    _fail("objective.kwargs", str(e).rstrip("."),
-          f"e.g. --config.objective.kwargs.horizon={c.rollout.max_new_tokens} for "
-          "a constant normaliser")
+    check_objective_error(c, str(e))
   check_corrections(c, objective)
   check_credit(c, objective, advantages)
   check_replay_stages(c, objective, advantages)
