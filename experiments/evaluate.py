@@ -1,4 +1,4 @@
-"""Greedy accuracy, pass@k and maj@k of a policy: ``python -m experiments.evaluate``.
+r"""Greedy accuracy, pass@k and maj@k of a policy: ``python -m experiments.evaluate``.
 
   # the configured task's held-out split, base model
   python -m experiments.evaluate --config=configs/quickstart.py
