@@ -391,12 +391,13 @@ def train_step(run: Run, state: TrainState, step: int):
         {name: state.states[name] for name in rollout_lib.STAGES})
   state = state._replace(states=dict(state.states, **stage_states))
   t1 = time.perf_counter()
-  records = []
+  records, tokens = [], []
   for _ in range(loop.num_iterations):
     for minibatch in update_lib.minibatches(batch, loop.num_minibatches):
+      tokens.append(minibatch.input_mask.sum())
       state, r = run.update_fn(state, minibatch)
       records.append(r)
-  records = jax.device_get(records)
+  records, tokens = jax.device_get((records, tokens))
   measurements.update(
       (name, float(value)) for name, value in
       measures.values(measures.merge_all(records)).items())
@@ -410,10 +411,11 @@ def train_step(run: Run, state: TrainState, step: int):
       np.asarray(step + 1, np.int32), state.step.sharding))
   measurements["time/rollout_s"] = t1 - t0
   measurements["time/update_s"] = t2 - t1
-  tokens = float(np.asarray(batch.input_mask).sum()) * loop.num_iterations
   measurements["tokens_per_s"] = (
       float(np.asarray(batch.completion_mask).sum()) / max(t2 - t0, 1e-9))
-  measurements["time/update_tokens_per_s"] = tokens / max(t2 - t1, 1e-9)
+  # The tokens of the updates that were applied: 0 when all were skipped.
+  measurements["time/update_tokens_per_s"] = (
+      update_lib.applied_tokens(records, tokens) / max(t2 - t1, 1e-9))
   return state, measurements
 
 
