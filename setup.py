@@ -54,11 +54,15 @@ setup(
         # accelerate: transformers needs it to load the GGUF reference model.
         # pytest-xdist: the suite runs on two processes (pytest.ini); its
         # tests compile tiny programs, one core each.
+        # wandb: tests/test_tracking.py reads an offline run back with
+        # `wandb leet inspect --json`, whose output is tested on 0.31.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4",
                  "accelerate>=0.26",
                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",
-                 *DATA],
+                 *DATA, "wandb>=0.31,<0.32"],
         "data": DATA,
+        # --config.metrics.wandb=True logs to Weights & Biases.
+        "wandb": ["wandb>=0.31,<1"],
         # google-tunix pinned: the sampler benchmark patches its Llama's
         # RoPE (0.1.7 ignores rope_theta). trl pulls accelerate and datasets.
         "bench": ["torch>=2.4", "trl>=0.20", "google-tunix==0.1.7"],

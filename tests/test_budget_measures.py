@@ -173,6 +173,8 @@ def test_budget_rewards_and_collapse_describe_every_sampled_row():
   assert m["budget/reward/total"] == m["budget/reward/accuracy"]
   assert m["budget/reward/total"] == pytest.approx(11 / 24, rel=1e-6)
   assert m["budget/collapse_rate"] == 0.0
+  # Of the P = 4 prompts, 1 and 2 trained, both with signal.
+  assert m["rollout/groups_with_signal"] == 2 / 4
   assert m["rollout/nonzero_gradient_share"] == pytest.approx(23 / 24)
   assert m["advantage/abs_mean"] == pytest.approx(23 * 0.5 / 24, rel=1e-6)
 
@@ -218,10 +220,19 @@ def test_fixed_path_measures_over_kept_members():
   assert m["advantage/abs_mean"] == 2 / 4  # over 4 kept rows, not 8
   assert m["rollout/nonzero_gradient_share"] == 2 / 4
   assert m["reward/total"] == 5 / 8  # the plain sample, every member
+  # Of the two groups that train, prompt 1's kept members differ.
+  assert m["rollout/groups_with_signal"] == 0.5
   plain = rollout_measures.describe(selected, adv, batch, pipeline,
                                     estimator=estimator)
   assert plain["advantage/collapse_rate"] == 0.0
   assert plain["rollout/nonzero_gradient_share"] == 2 / 8
+  assert plain["rollout/groups_with_signal"] == 1.0
+  # A filler group (valid False) trains nothing: no signal counted.
+  filled = selected.__class__(rounds=selected.rounds, picks=selected.picks,
+                              valid=np.array([True, False]))
+  m = rollout_measures.describe(filled, adv, batch, pipeline,
+                                estimator=estimator)
+  assert m["rollout/groups_with_signal"] == 0.5
 
 
 def test_the_planner_lays_the_update_out_as_train_build():

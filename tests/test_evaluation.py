@@ -458,6 +458,22 @@ def test_the_plot_draws_sparse_eval_figures(tmp_path):
   assert open(path, "rb").read()[:4] == b"\x89PNG"
 
 
+def test_the_kl_panel_names_the_kl_it_draws():
+  """approx_kl is the objective's estimate of the KL to the policy that
+  sampled the batch, not to a reference: a run without a KL term draws it
+  under its own title; a run with one draws its "kl"."""
+  no_term = [{"step": s, "approx_kl": 0.01 * s} for s in range(3)]
+  with_term = [dict(r, kl=0.02 * r["step"]) for r in no_term]
+  for records, title, drawn in (
+      (no_term, "KL to old policy (approx)", "approx_kl"),
+      (with_term, "KL to reference", "kl")):
+    kl_axes = metrics.figure(records).axes[-1]
+    assert kl_axes.get_title() == title
+    assert [line.get_label() for line in kl_axes.get_lines()] == [drawn]
+  assert metrics.figure([{"step": 0}]).axes[-1].get_title() == (
+      "KL to reference")  # neither measured: the panel's own title
+
+
 # ------------------------------------------------------------------ CLI
 
 

@@ -111,6 +111,27 @@ def test_dynamic_sampling_changes_the_batch(tiny_rollout):
   assert float(dynamic.completion_mask.sum()) == 0
   assert m_plain["rollout/rounds"] == 1 and m_dyn["rollout/rounds"] == 3
   assert m_dyn["rollout/groups_with_signal"] == 0
+  # Without the filter the groups train, but none has signal.
+  assert m_plain["rollout/groups_with_signal"] == 0
+  assert m_plain["advantage/collapse_rate"] == 1
+
+
+def test_groups_with_signal_and_collapse_add_up_on_the_plain_path(
+    tiny_rollout):
+  """Every group trains (all_groups): the share of groups with signal is
+  1 - collapse rate, counted by hand from the rewards: for each group
+  whether its members' rewards differ."""
+  def signal_in_group_zero(prompts, completions, answers):
+    # P = G = 2, rows prompt-major: group 0 scores (1, 0), group 1 (0, 0).
+    return [float(i == 0) for i in range(len(completions))]
+
+  batch, m = run_generate(tiny_rollout, signal_in_group_zero, dynamic=False)
+  expected_with_signal = np.mean([1.0 != 0.0, 0.0 != 0.0])  # 0.5
+  assert m["rollout/groups_with_signal"] == expected_with_signal
+  assert m["advantage/collapse_rate"] == 1 - expected_with_signal
+  # Both groups train; group 1's advantages are 0.
+  assert float(batch.completion_mask.sum()) > 0
+  np.testing.assert_array_equal(np.asarray(batch.advantages)[2:], [0, 0])
 
 
 def test_dynamic_sampling_resamples_until_groups_have_signal(tiny_rollout):
@@ -238,6 +259,9 @@ def test_dynamic_sampling_signal_is_the_verifier_not_the_shaped_sum(
   batch, m = run_generate(tiny_rollout, fns, dynamic=True, weights=[1.0, 0.1])
   assert m["rollout/rounds"] == 3 and m["rollout/groups_with_signal"] == 0
   assert float(batch.completion_mask.sum()) == 0
+  # The plain sample's weighted total varies in every group: the estimator
+  # would have had signal there (collapse 0), the batch of fillers has none.
+  assert m["advantage/collapse_rate"] == 0
   # A varying shaper column is no signal either.
   ramp = lambda lengths: np.arange(len(lengths), dtype=np.float32) % 2
   _, m = run_generate(tiny_rollout, {"accuracy": constant_reward},

@@ -301,6 +301,36 @@ def test_a_minibatch_without_loss_tokens_takes_no_step(model):
   assert all(jax.tree.leaves(jax.tree.map(np.array_equal, before, after)))
 
 
+def test_applied_tokens_count_only_the_updates_that_ran():
+  records = [{"skipped_updates": measures.Sum(np.float32(flag))}
+             for flag in (0, 1, 0)]
+  assert update_lib.applied_tokens(records, [10.0, 20.0, 30.0]) == 10 + 30
+  skipped = [{"skipped_updates": measures.Sum(np.float32(1))}] * 2
+  assert update_lib.applied_tokens(skipped, [10.0, 20.0]) == 0
+
+
+def test_update_throughput_is_zero_when_every_update_was_skipped():
+  """A step whose minibatches have no loss tokens skips each update: it
+  trains on no token, so its update throughput is 0, not the batch's
+  tokens over the time the skips took."""
+  config = grpo_config.get_config("tiny")
+  config.train.num_minibatches = 2
+  run = train.build(config)
+  state, m = train.train_step(run, jax.tree.map(jnp.copy, run.state), 0)
+  assert m["skipped_updates"] == 0 and m["time/update_tokens_per_s"] > 0
+
+  def without_loss_tokens(*args):
+    batch, measurements, states = run.rollout_fn(*args)
+    batch = batch._replace(
+        completion_mask=jnp.zeros_like(batch.completion_mask))
+    return batch, measurements, states
+  empty = run._replace(rollout_fn=without_loss_tokens)
+  _, m = train.train_step(empty, state, 1)
+  assert m["skipped_updates"] == m["optimizer_steps"] == 2
+  assert m["time/update_tokens_per_s"] == 0
+  assert m["time/update_s"] > 0
+
+
 # -------------------------------------------------- KL and reference
 
 

@@ -252,6 +252,15 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.metrics = ml_collections.ConfigDict()
   c.metrics.tensorboard = True
   c.metrics.plot = True
+  # Weights & Biases (`runtime.tracking`; pip install -e ".[wandb]"): the
+  # config once, then each step's record. "" leaves W&B's default: the
+  # entity of the login, the workdir's name as the run's name, the mode of
+  # WANDB_MODE (else online).
+  c.metrics.wandb = False
+  c.metrics.wandb_project = "grpo_jax"
+  c.metrics.wandb_entity = ""
+  c.metrics.wandb_name = ""
+  c.metrics.wandb_mode = ""  # "", "online", "offline" or "disabled"
 
   # grpo_jax.runtime.sharding: (data, fsdp, tensor) sizes, -1 = the rest of the
   # devices; a product that divides the device count uses the first devices.
@@ -365,8 +374,10 @@ def check_files(c) -> None:
   reads exists and is readable: the JSONL data (each record parsed, with
   its keys and id: `data.jsonl`), and a model name that reads as a local
   path (an embedded name or a hub id `models.load` resolves and
-  reports itself). `train.build` calls it; `validate` does not, so a config
-  restored on another machine can still be planned or evaluated."""
+  reports itself); and unless the wandb package is installed when
+  ``metrics.wandb`` is on. `train.build` calls it; `validate` does not, so
+  a config restored on another machine can still be planned or
+  evaluated."""
   if c.data.task == "jsonl":
     path = os.path.expanduser(c.data.path)
     if not os.path.isfile(path):
@@ -386,6 +397,12 @@ def check_files(c) -> None:
       data.make_task(c.data, seed=c.seed)
     except ValueError as e:
       raise config_errors.ConfigError(f"config.{e}") from None
+  if c.metrics.wandb:
+    from grpo_jax.runtime import tracking  # pylint: disable=g-import-not-at-top
+    if not tracking.is_installed():
+      _fail("metrics.wandb", "is True but the wandb package is not installed",
+            "pip install -e \".[wandb]\" (or pip install wandb), or set "
+            "--config.metrics.wandb=False")
   name = c.model.name
   # "org/name" (one slash) is a hub id; "runs/x/export" and "./x" are paths.
   looks_local = (name.startswith((".", "/", "~")) or name.endswith(".gguf")
@@ -405,6 +422,7 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
   # Late imports: configs stay importable without jax until validation.
   from grpo_jax import kl, rewards  # pylint: disable=g-import-not-at-top
   from grpo_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
+  from grpo_jax.runtime import tracking  # pylint: disable=g-import-not-at-top
   from grpo_jax.objectives import regularisers  # pylint: disable=g-import-not-at-top
 
   if not c.model.name:
@@ -554,6 +572,7 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
           f"{c.eval.num_samples}] (pass@k and maj@k need n >= k samples)",
           "give every k >= 1" if bad[0] < 1 else
           f"set --config.eval.num_samples={max(c.eval.k)} or lower eval.k")
+  _check_choice("metrics.wandb_mode", c.metrics.wandb_mode, tracking.MODES)
   if len(c.mesh.shape) != len(c.mesh.axis_names):
     _fail("mesh.shape", f"{c.mesh.shape} does not match axis_names "
           f"{c.mesh.axis_names}", "give one size per axis")

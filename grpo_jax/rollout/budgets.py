@@ -204,7 +204,10 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
   ``rollout/nonzero_gradient_share``
   (`rollout.measures.nonzero_gradient_share`)
   are over the trained real rows of `rows`; ``budget/reward/*`` and
-  ``budget/collapse_rate`` are those rows' and groups' view."""
+  ``budget/collapse_rate`` are those rows' and groups' view, and
+  ``rollout/groups_with_signal`` is the share of the step's P prompts whose
+  trained rows have signal, as on the fixed path (the batch's groups that
+  train and have signal)."""
   group = np.asarray(rows.group)
   real = group >= 0
   weights = np.asarray(pipeline.weights)
@@ -241,6 +244,7 @@ def describe_rows(rows: ragged.Rows, adv, batch, pipeline, *,
       "completion_length/max": float(lengths[every_real].max(initial=0)),
       "truncation_rate": over(every.truncated, every_real),
       "rollout/rounds": 1.0,
+      # Over all P prompts: one without trained rows has no signal.
       "rollout/groups_with_signal": float(signal(rows)[0].mean()),
       "rollout/loss_tokens": float(np.asarray(batch.completion_mask).sum()),
       "rollout/nonzero_gradient_share":

@@ -62,19 +62,32 @@ def describe(selected: strategies.Selected, adv, batch, pipeline, *,
   strategy that samples again (or injects reference rows: the round as
   sampled, `Round.sampled`). A member filter's kept members (`members`
   [P, G], the estimator's view; `kept_rows` [N], the rows that train)
-  narrow collapse and the advantage figures to them."""
+  narrow collapse and the advantage figures to them.
+
+  ``advantage/collapse_rate`` (the plain sample's groups without signal)
+  and ``rollout/groups_with_signal`` (the batch's groups that train and
+  have signal) are one test, `groups.has_signal` under the estimator's
+  weights: on the plain path they add up to 1. A group strategy makes the
+  batch another set of groups: dynamic sampling keeps groups whose own
+  signal reward varies (DAPO's: the accuracy), and leaves fillers that do
+  not train, so a plain sample whose shaped total varies in half its
+  groups (collapse 0.5) may still give a batch without signal (0)."""
   first = selected.rounds[0].sampled or selected.rounds[0]
   g = pipeline.sampler.num_generations
   valid = np.asarray(selected.valid)
   weights = pipeline.weights
   per_reward = estimator.input == "PGK"
+  picked = rollout_fields.gather(selected, "rewards")  # the batch's groups
   if members is None:
     collapse = groups_lib.collapse_rate(first.rewards, weights,
                                         per_reward=per_reward)
   else:  # the kept members of the step's groups, as the estimator saw
-    collapse = groups_lib.collapse_rate(
-        rollout_fields.gather(selected, "rewards"), weights,
-        per_reward=per_reward, members=np.asarray(members, bool))
+    members = np.asarray(members, bool)
+    collapse = groups_lib.collapse_rate(picked, weights,
+                                        per_reward=per_reward,
+                                        members=members)
+  batch_signal = valid & np.asarray(groups_lib.has_signal(
+      picked, weights, per_reward=per_reward, members=members))
   # The rows that train: the valid groups' (fillers' advantages are 0 and
   # do not count), a filter's kept members only.
   trained = np.repeat(valid, g)
@@ -96,7 +109,8 @@ def describe(selected: strategies.Selected, adv, batch, pipeline, *,
       "completion_length/max": float(first.lengths.max()),
       "truncation_rate": float(first.truncated.mean()),
       "rollout/rounds": float(len(selected.rounds)),
-      "rollout/groups_with_signal": float(valid.mean()),
+      # The batch's groups that train (fillers do not) and have signal.
+      "rollout/groups_with_signal": float(batch_signal.mean()),
       "rollout/loss_tokens": float(np.asarray(batch.completion_mask).sum()),
   }
   for k, name in enumerate(first.columns):

@@ -1,4 +1,5 @@
-"""Measurements to disk: metrics.jsonl, TensorBoard events, and the run's plot.
+"""Measurements to disk: metrics.jsonl, TensorBoard events, and the run's plot;
+optionally to Weights & Biases (`runtime.tracking`).
 
 One record per training step: ``{"step": s, name: float, ...}``; a step
 followed by a held-out evaluation also holds its ``eval/*`` figures. On resume,
@@ -14,18 +15,24 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from grpo_jax.runtime import tracking
+
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
 CONFIG_FILE = "config.json"  # the run's config, as `train` ran it
-# What the run's plot shows: per panel the first candidate that some record
-# holds; a candidate with "*" is a pattern (fnmatch) and draws every name it
-# matches (the held-out figures eval/greedy_accuracy, eval/pass@k, ...).
+# What the run's plot shows: per panel (title, candidates), the first
+# candidate that some record holds; a candidate with "*" is a pattern
+# (fnmatch) and draws every name it matches (the held-out figures
+# eval/greedy_accuracy, eval/pass@k, ...). A candidate (name, title) titles
+# the panel itself when it is the one drawn.
 PLOT_PANELS = (
     ("reward", ("reward/total", "reward")),
     ("accuracy", ("accuracy",)),
     ("held-out accuracy", ("eval/*",)),
     ("completion length", ("completion_length/mean",)),
-    ("KL to reference", ("kl", "approx_kl")),
+    # "kl" is the KL term's (runs with kl.beta > 0); without one, the
+    # objective's estimate of the KL to the policy that sampled the batch.
+    ("KL to reference", ("kl", ("approx_kl", "KL to old policy (approx)"))),
 )
 
 
@@ -74,27 +81,38 @@ def to_record(step: int, measurements: Mapping[str, float]) -> dict:
 
 
 class MetricsWriter:
-  """Appends step records to ``workdir/metrics.jsonl`` and TensorBoard.
+  """Appends step records to ``workdir/metrics.jsonl``, TensorBoard and
+  W&B.
 
   Args:
     workdir: the run's directory.
     start_step: the first step this writer will log; older records stay,
       newer ones (written before a crash, after the last checkpoint) go.
     tensorboard: also write TensorBoard events under ``workdir/tensorboard``.
+    wandb: also log each record to W&B (`tracking.WandbRun`); None: off.
+    config: the run's config as a dict, logged to W&B once.
   """
 
   def __init__(self, workdir: str, *, start_step: int = 0,
-               tensorboard: bool = True):
+               tensorboard: bool = True,
+               wandb: Optional[tracking.Settings] = None,
+               config: Optional[Mapping] = None):
     os.makedirs(workdir, exist_ok=True)
     self.workdir = workdir
     self.path = os.path.join(workdir, METRICS_FILE)
     kept = [r for r in read(self.path) if r["step"] < start_step]
     write_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
     self._file = open(self.path, "a")
-    self._tb = None
-    if tensorboard:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self._tb, self.wandb = None, None
+    try:
+      if tensorboard:
+        from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      if wandb is not None:
+        self.wandb = tracking.WandbRun(workdir, wandb, config)
+    except BaseException:  # a sink that cannot start: close the others
+      self.close(failed=True)
+      raise
 
   def write(self, step: int, measurements: Mapping[str, float]) -> dict:
     """Logs one step's scalars; returns the record written."""
@@ -108,44 +126,68 @@ class MetricsWriter:
       for name, value in record.items():
         if name != "step":
           self._tb.add_scalar(name, value, int(step))
+    if self.wandb is not None:
+      self.wandb.log(step, record)
     return record
 
-  def close(self) -> None:
+  def close(self, failed: bool = False) -> None:
+    """Closes every sink; W&B marks a `failed` run (one that ended on an
+    error) as such."""
     self._file.close()
     if self._tb is not None:
       self._tb.close()
+    if self.wandb is not None:
+      self.wandb.close(failed=failed)
 
 
-def panel_keys(records: Sequence[Mapping], candidates: Sequence[str]) -> list:
-  """The names a panel draws: those of the first candidate that some record
-  holds (a "*" pattern: every name it matches, sorted); [] if none."""
+def panel_keys(records: Sequence[Mapping], candidates: Sequence) -> list:
+  """The names a panel draws (`choose_panel`)."""
+  return choose_panel(records, "", candidates)[1]
+
+
+def choose_panel(records: Sequence[Mapping], title: str,
+                 candidates: Sequence) -> tuple:
+  """(title, names) of a panel: the names of the first candidate that some
+  record holds (a "*" pattern: every name it matches, sorted), and `title`
+  or that candidate's own (a (name, title) candidate); (title, []) if
+  none."""
   names = sorted({k for r in records for k in r})
   for candidate in candidates:
-    matched = (fnmatch.filter(names, candidate) if "*" in candidate
-               else [candidate] if candidate in names else [])
+    pattern, own = ((candidate, title) if isinstance(candidate, str)
+                    else candidate)
+    matched = (fnmatch.filter(names, pattern) if "*" in pattern
+               else [pattern] if pattern in names else [])
     if matched:
-      return matched
-  return []
+      return own, matched
+  return title, []
 
 
 def plot(records: Iterable[Mapping], path: str,
          panels=PLOT_PANELS) -> Optional[str]:
   """Draws reward, accuracy, held-out accuracy, length and KL against step
-  into a PNG. A measurement only some steps hold (the periodic held-out
-  evaluation) is drawn at those steps, with markers.
+  into a PNG (`figure`).
 
   Returns the path written, or None when there is nothing to plot.
   """
   records = list(records)
   if not records:
     return None
+  fig = figure(records, panels)
+  fig.savefig(path, dpi=80)
+  return path
+
+
+def figure(records: Sequence[Mapping], panels=PLOT_PANELS):
+  """A matplotlib Figure of `panels` against step, one panel each. A
+  measurement only some steps hold (the periodic held-out evaluation) is
+  drawn at those steps, with markers."""
   # A bare Figure, not pyplot: the process's backend (a notebook's inline
   # one) stays as it is.
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   fig = Figure(figsize=(4 * len(panels), 3.2))
   axes = fig.subplots(1, len(panels))
   for ax, (title, candidates) in zip(np.atleast_1d(axes), panels):
-    keys = panel_keys(records, candidates)
+    title, keys = choose_panel(records, title, candidates)
     ax.set_title(title)
     ax.set_xlabel("step")
     if not keys:
@@ -163,5 +205,4 @@ def plot(records: Iterable[Mapping], path: str,
       ax.set_ylabel(keys[0])
     ax.grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  return path
+  return fig

@@ -52,6 +52,7 @@ from grpo_jax.rollout import checks as stage_checks
 from grpo_jax.rollout import layout
 from grpo_jax.rollout import repo as repo_rollout
 from grpo_jax.runtime import sharding
+from grpo_jax.runtime import tracking
 from grpo_jax.train import update as update_lib
 from grpo_jax.models import loading
 from grpo_jax.models import lora
@@ -129,6 +130,7 @@ class Loop(NamedTuple):
   on_corrupt: str = "error"  # `checkpoint.ON_CORRUPT`
   # (state path prefix, the config field sizing it) for restore errors.
   state_hints: tuple = ()
+  wandb: Optional[tracking.Settings] = None  # None: no W&B logging
 
 
 class Run(NamedTuple):
@@ -298,7 +300,8 @@ def build_validated(config) -> Run:
       reward_names=(tuple(config.rewards.functions)
                     + tuple(config.rewards.shapers)),
       on_corrupt=config.checkpoint.on_corrupt,
-      state_hints=_state_hints(config, components))
+      state_hints=_state_hints(config, components),
+      wandb=tracking.settings_from_config(config.metrics))
   evaluate_fn = evaluation.from_config(config, model_config, tokenizer)
   return Run(config, model_config, tokenizer, state, ref_params, frozen,
              update_fn, rollout_fn, mesh, loop, evaluate_fn)
@@ -391,12 +394,13 @@ def train_step(run: Run, state: TrainState, step: int):
         {name: state.states[name] for name in rollout_lib.STAGES})
   state = state._replace(states=dict(state.states, **stage_states))
   t1 = time.perf_counter()
-  records = []
+  records, tokens = [], []
   for _ in range(loop.num_iterations):
     for minibatch in update_lib.minibatches(batch, loop.num_minibatches):
+      tokens.append(minibatch.input_mask.sum())
       state, r = run.update_fn(state, minibatch)
       records.append(r)
-  records = jax.device_get(records)
+  records, tokens = jax.device_get((records, tokens))
   measurements.update(
       (name, float(value)) for name, value in
       measures.values(measures.merge_all(records)).items())
@@ -410,10 +414,11 @@ def train_step(run: Run, state: TrainState, step: int):
       np.asarray(step + 1, np.int32), state.step.sharding))
   measurements["time/rollout_s"] = t1 - t0
   measurements["time/update_s"] = t2 - t1
-  tokens = float(np.asarray(batch.input_mask).sum()) * loop.num_iterations
   measurements["tokens_per_s"] = (
       float(np.asarray(batch.completion_mask).sum()) / max(t2 - t0, 1e-9))
-  measurements["time/update_tokens_per_s"] = tokens / max(t2 - t1, 1e-9)
+  # The tokens of the updates that were applied: 0 when all were skipped.
+  measurements["time/update_tokens_per_s"] = (
+      update_lib.applied_tokens(records, tokens) / max(t2 - t1, 1e-9))
   return state, measurements
 
 
@@ -481,7 +486,7 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
   loop = run.loop
   checkpointer = checkpoint_lib.Checkpointer(ckpt_dir,
                                              max_to_keep=loop.max_to_keep)
-  writer = None
+  writer, failed = None, False
   try:
     # A copy: update_fn donates the state's buffers, and run.state must
     # stay usable (tests reuse one `run` for several trainings).
@@ -501,11 +506,11 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
       logging.warning("stopped by %s before step %d; nothing was lost.",
                       stop, start)
       return state
+    config_json = run.config.to_json_best_effort()
     if sharding.is_main_process():
       writer = metrics_lib.MetricsWriter(
-          workdir, start_step=start, tensorboard=loop.tensorboard)
-    config_json = run.config.to_json_best_effort()
-    if writer is not None:
+          workdir, start_step=start, tensorboard=loop.tensorboard,
+          wandb=loop.wandb, config=json.loads(config_json))
       metrics_lib.write_config(workdir, config_json)
     save_due = False
     for step in range(start, loop.num_steps):
@@ -542,9 +547,12 @@ def _loop(run: Run, workdir: str, ckpt_dir: str, signals: faults.StopSignals,
             "Rerun the same command to resume.", stop, done, loop.num_steps,
             done, ckpt_dir)
         break
+  except BaseException:
+    failed = True  # W&B marks the run failed
+    raise
   finally:
     if writer is not None:
-      writer.close()
+      writer.close(failed=failed)
     checkpointer.close()
   if writer is not None and loop.plot:
     metrics_lib.plot(metrics_lib.read(writer.path),

@@ -376,3 +376,12 @@ def minibatches(batch, num_minibatches: int):
   size = batch.tokens.shape[0] // num_minibatches
   return [jax.tree.map(lambda x, i=i: x[i * size:(i + 1) * size], batch)
           for i in range(num_minibatches)]
+
+
+def applied_tokens(records, tokens) -> float:
+  """The tokens the applied updates trained on: each update's `tokens` (its
+  minibatch's input tokens) unless its record counts it in
+  ``skipped_updates`` (non-finite or without loss tokens); 0 when every
+  update was skipped."""
+  return float(sum(float(n) for r, n in zip(records, tokens, strict=True)
+                   if not float(r["skipped_updates"].value())))
