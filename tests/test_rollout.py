@@ -369,9 +369,9 @@ def test_make_task_reads_the_registered_task():
   assert isinstance(task, arithmetic.ArithmeticTask)
   assert (task.digits, task.ops, task.seed) == (2, ("+", "*"), 3)
   assert set(data.TASKS.names()) == {"arithmetic", "gsm8k", "jsonl",
-                                     "segments"}
+                                     "segments", "hf", "reasoning_gym"}
   config.data.task = "nope"
-  with pytest.raises(ValueError, match="arithmetic, gsm8k, jsonl"):
+  with pytest.raises(ValueError, match="arithmetic, gsm8k, hf, jsonl"):
     data.make_task(config.data, seed=0)
 
 
