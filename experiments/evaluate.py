@@ -5,6 +5,9 @@ r"""Greedy accuracy, pass@k and maj@k of a policy: ``python -m experiments.evalu
   # a trained run's latest checkpoint (its own config), 8 samples per problem
   python -m experiments.evaluate --checkpoint=runs/quickstart \
       --num_samples=8 --k=1,4,8 --json=runs/quickstart/eval.json
+  # ... sampled at temperature 0.6 instead of the run's
+  python -m experiments.evaluate --checkpoint=runs/quickstart \
+      --num_samples=8 --config.rollout.temperature=0.6
   # GSM8K's test split (tensorflow_datasets, read and never downloaded:
   # prepare it once where the network allows, python -c "import
   # tensorflow_datasets as tfds; tfds.data_source('gsm8k')"), the first
@@ -21,9 +24,11 @@ records hold a question (``question`` or ``problem``) and an answer
 ``--answer_key``). Sampling follows the config's rollout block (``--config.
 rollout.temperature=0.6``, ``max_new_tokens``, top-k/top-p); every problem
 gets one greedy completion and ``--num_samples`` sampled ones. With
-``--checkpoint=WORKDIR`` the config saved in the run's checkpoint is used
-(``--config`` is then optional) and the policy of its latest checkpoint is
-evaluated; without it, the base model of ``--config``. Prompts read as the
+``--checkpoint=WORKDIR`` the policy of the run's latest checkpoint is
+evaluated under the config saved with it, ``--config.a.b=value`` overrides
+applied on top (``--config`` is then optional, and its file's own values
+are not read); an override of the policy's own fields (model, lora, seed)
+is an error. Without it, the base model of ``--config``. Prompts read as the
 config's training prompts do (a config with LCPO's shaper appends each
 problem's "Think for N tokens."). Bad input (a missing
 file or field, k above num_samples) stops before any model is loaded.
@@ -31,6 +36,7 @@ file or field, k above num_samples) stops before any model is loaded.
 
 import functools
 import json
+import os
 
 if __name__ == "__main__":  # before the imports below, which a re-exec
   from grpo_jax.runtime import allocator  # would load twice
@@ -38,15 +44,21 @@ if __name__ == "__main__":  # before the imports below, which a re-exec
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 from experiments import _cli
 from grpo_jax import train as train_lib
 from grpo_jax import evaluation
 from grpo_jax.train import saved_runs
 
+# Without --config the base config parses the --config.a.b overrides (their
+# fields and types), which then apply to a --checkpoint run's own config.
+_BASE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "base_config.py")
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "A configs/<variant>.py file (optional with --checkpoint).",
-    lock_config=True)
+    "config", _BASE_CONFIG, "A configs/<variant>.py file (optional with "
+    "--checkpoint, whose run's config --config.a.b=value overrides then "
+    "change).", lock_config=True)
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "A training workdir; evaluates its latest checkpoint.")
 _BENCHMARK = flags.DEFINE_string(
@@ -85,10 +97,22 @@ def parse_k(values) -> list:
 
 def main(argv):
   del argv
-  config = _CONFIG.value
+  given = flags.FLAGS["config"].present
   if _CHECKPOINT.value:
+    if given:
+      logging.warning(
+          "--config=%s: with --checkpoint the run's own config is evaluated; "
+          "only the --config.a.b=value overrides apply to it.",
+          flags.FLAGS["config"].config_filename)
     _, config = saved_runs.restore_config(_CHECKPOINT.value)
-  if config is None:
+    try:
+      config = saved_runs.with_overrides(
+          config, config_flags.get_override_values(flags.FLAGS["config"]))
+    except ValueError as error:
+      raise app.UsageError(str(error)) from None
+  elif given:
+    config = _CONFIG.value
+  else:
     raise app.UsageError("give --config or --checkpoint.")
   train_lib.validate(config)
   results = evaluation.evaluate(

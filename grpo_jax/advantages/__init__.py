@@ -43,7 +43,11 @@ statistic. A new estimator is one function in a family file under
 contract suite (tests/contracts/test_estimators.py) then runs it. Its
 metadata (`_kit.EstimatorMeta`) also says which rewards it takes
 (``reward_range``, ``min_reward_columns``): `check_reward_columns` holds a
-config's reward columns to them before any compute. One that takes options
+config's reward columns to them before any compute; and the fewest members
+a group needs for a nonzero advantage (``min_group_size``: 2 for a baseline
+of the group's own rewards, 1 for remax, reinforce_plus_plus, spo, mdp_grpo
+with its anchor and riskpo's tracked quantiles), which `train.validate`
+holds ``rollout.num_generations`` to. One that takes options
 declares ``check=``, their values' domains (`_kit.check_real`, ``check_int``,
 ``check_choice``, ``check_std_options``): `make` and `train.validate`
 refuse a bad value with a `registry.OptionError` naming the option

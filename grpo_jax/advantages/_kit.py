@@ -47,6 +47,10 @@ class EstimatorMeta(NamedTuple):
   reward_range: Any = None
   reward_range_of: Any = "sum"  # "sum" or "columns": what must lie there
   min_reward_columns: int = 1  # the fewest reward columns of nonzero weight
+  # The fewest members a group needs for a nonzero advantage (or a function
+  # of the options): 2 where the baseline is the group's own rewards, 1
+  # where it is not (a tracker, a greedy completion, the batch).
+  min_group_size: Any = 2
   members: bool = False  # it honours GroupData.members (a filter's subset)
   # How a per-prompt table in its state takes prompt ids: "exact", "hash"
   # (or a function of the options); None: it keeps none.
@@ -66,8 +70,8 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
              shift_invariant: bool = True, reads: Tuple[str, ...] = (),
              state: Optional[StateSpec] = None, reward_range=None,
              reward_range_of="sum", min_reward_columns: int = 1,
-             members: bool = False, prompt_ids=None, check=None,
-             examples=({},)):
+             min_group_size=2, members: bool = False, prompt_ids=None,
+             check=None, examples=({},)):
   """Registers an estimator with the metadata every estimator declares.
 
   Args:
@@ -99,6 +103,14 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       function of the options giving one.
     min_reward_columns: the fewest reward columns of nonzero weight it needs
       (DVAO weighs two or more against each other).
+    min_group_size: the fewest members (``rollout.num_generations``) a group
+      needs for any advantage to be nonzero, or a function of the options
+      giving it: 2 (the default) where the baseline is formed from the
+      group's own rewards, so that a group of one always gets 0; 1 where
+      it is not (a tracked value, a greedy completion, a batch statistic,
+      an absolute anchor). `train.validate` refuses a smaller G
+      (`rollout.checks.check_group_size`); the contract suite holds the
+      value to what the estimator gives at G = 1.
     members: it honours `groups.GroupData.members` (a member filter's kept
       subset, GFPO's): its function takes ``members=None`` ([P, G] bool) and
       forms every statistic over the kept members only; a group with fewer
@@ -124,6 +136,7 @@ def register(*, input: str, output: str, paper: str,  # pylint: disable=redefine
       independent_groups=independent_groups, shift_invariant=shift_invariant,
       reads=reads if callable(reads) else tuple(reads), state=state, reward_range=reward_range,
       reward_range_of=reward_range_of, min_reward_columns=min_reward_columns,
+      min_group_size=min_group_size,
       members=bool(members), prompt_ids=prompt_ids, check=check)
 
 

@@ -49,6 +49,8 @@ def prospect_value(x, *, gain_power: float = 0.88, loss_power: float = 0.88,
     # The anchor term gives an all-equal group (and a group of one) the
     # advantage of its absolute reward: it is the point of the method.
     constant_group_zero=False, shift_invariant=False,
+    # The anchor alone moves a group of one; without it (mix 0) it is z = 0.
+    min_group_size=lambda mix=0.5, **_: 1 if mix > 0 else 2,
     check=_check_mdp_options,
     examples=({}, {"mix": 0.0}, {"mix": 1.0, "bound": 1.0},
               {"loss_aversion": 1.0, "gain_power": 1.0, "loss_power": 1.0,
@@ -118,7 +120,9 @@ def greedy_baseline(greedy_rewards, weights, num_groups: int) -> jnp.ndarray:
     # The baseline is another completion's reward: an all-equal group gets
     # R - R_greedy, and a shift moves R but (in the contract suite) not
     # the greedy rewards alone; shifting both leaves A unchanged (tested).
-    constant_group_zero=False, shift_invariant=False, examples=({},))
+    constant_group_zero=False, shift_invariant=False,
+    min_group_size=1,  # the greedy completion is a baseline for one sample
+    examples=({},))
 def remax(rewards, *, greedy_rewards=None, weights=None) -> jnp.ndarray:
   """ReMax: the baseline is the reward of a greedy completion of the prompt.
 

@@ -189,8 +189,10 @@ def _check_whitening(rewards, lengths, valid, eps, ddof):
 @_kit.register(
     input="PG", output="group", paper="arXiv 2501.03262",
     reads=("lengths", "valid"), independent_groups=False,
-    # No group baseline: a constant group gets R minus the batch mean.
-    constant_group_zero=False, check=_kit.check_std_options,
+    # No group baseline: a constant group (one of one member too) gets R
+    # minus the batch mean.
+    constant_group_zero=False, min_group_size=1,
+    check=_kit.check_std_options,
     examples=({}, {"eps": 1e-6}, {"ddof": 0}))
 def reinforce_plus_plus(rewards, *, eps: float = 1e-8, ddof: int = 1,
                         lengths=None, valid=None) -> jnp.ndarray:

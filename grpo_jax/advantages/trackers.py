@@ -259,6 +259,7 @@ def _spo_reads(rho="constant", **_):
     # successes of rewards in [0, 1], so absolute values matter.
     constant_group_zero=False, independent_groups=False,
     shift_invariant=False, reward_range=(0.0, 1.0),
+    min_group_size=1,  # the paper's single stream: G = 1
     reads=_spo_reads,
     state=_kit.StateSpec(init=spo_init, offline=spo_offline),
     prompt_ids=prompt_ids_lib.prompt_ids_option, check=check_spo,
@@ -499,6 +500,10 @@ def _riskpo_independent(quantiles="track", bundle_size=1, **_):
     # tracked quantiles (state) and bundles couple groups.
     constant_group_zero=_riskpo_independent,
     independent_groups=_riskpo_independent, reads=("valid",),
+    # Tracked quantiles place a bundle's one paper among the batch's; a
+    # bundle's own quantiles of one paper are that paper (a = 0).
+    min_group_size=lambda quantiles="track", **_: (
+        2 if quantiles == "batch" else 1),
     state=_kit.StateSpec(init=riskpo_init), check=_check_riskpo,
     examples=({}, {"quantiles": "batch"},
               {"quantiles": "batch", "credit": "uniform",

@@ -225,6 +225,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Stop with an error after this many non-finite updates in a row (each
   # skipped, the params unchanged); 0 = never.
   c.train.max_nonfinite_updates = 10
+  # Rerunning a workdir resumes it only under the config its checkpoint
+  # saved (fields such as num_steps and checkpoint/eval/logging settings
+  # aside: `train.resume.RESUMABLE`); True resumes with the changes.
+  c.train.allow_config_change = False
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50
@@ -442,6 +446,14 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
             "e.g. --config.lora.targets='(\"q\", \"v\")'")
     _positive(c, "lora.alpha")
   _check_choice("data.task", c.data.task, data.TASKS.names())
+  # A file given to a task that reads none would be ignored without a word.
+  readers = [n for n in data.TASKS.names() if "path" in data.TASKS.options(n)]
+  if c.data.path and c.data.task not in readers:
+    _fail("data.task", f"{c.data.task!r} reads no file: data.path="
+          f"{c.data.path!r} would be ignored and the run would train on "
+          f"the {c.data.task} task's own problems", "set --config.data.task="
+          f"{' or '.join(readers)} to train on the file, or leave data.path "
+          "empty")
   if c.data.task in ("jsonl", "hf") and not c.data.path:
     _fail("data.path", f"is empty but data.task={c.data.task!r}",
           "set --config.data.path=/path/to/file.jsonl (hf: also a data "

@@ -1,9 +1,9 @@
 """Config checks that cross two or more registered stages: what one stage
-needs from another (the estimator from the task, the rewards and the member
-filter; a selection or group strategy from the estimator; corrections and a
-credit rule from the objective; the train split from the rows a group
-strategy adds), each refused before any compute with ``config.<field>:
-problem; fix.``.
+needs from another (the estimator from the task, the group size, the
+rewards and the member filter; a selection or group strategy from the
+estimator; corrections and a credit rule from the objective; the train
+split from the rows a group strategy adds), each refused before any compute
+with ``config.<field>: problem; fix.``.
 
 `train.validate` is the single entry point and calls them in order;
 `config` keeps the checks of single fields and `rollout.path_checks` those of the
@@ -144,6 +144,29 @@ def check_estimator_sizes(c, advantages) -> None:
             "or offline_init=0")
   # A per-prompt table (``capacity``) against the task's ids: in
   # `check_tracker_stages` (`check_prompt_ids`).
+
+
+def check_group_size(c, advantages) -> None:
+  """G = ``rollout.num_generations`` against the fewest members the
+  estimator needs for a nonzero advantage (metadata ``min_group_size``):
+  below it every advantage of the run is 0, so nothing trains. Ragged
+  groups (an active budget stage) and RePO's replay rows beside each group
+  change the groups the estimator sees: their own checks hold them."""
+  from grpo_jax import strategies  # pylint: disable=g-import-not-at-top
+  from grpo_jax.rollout import layout  # pylint: disable=g-import-not-at-top
+  g, name = c.rollout.num_generations, c.advantage.name
+  needed = advantages.meta(name, **c.advantage.kwargs).min_group_size
+  if (g >= needed or strategies.BUDGETS.entry(c.budget.name).meta.active
+      or layout.step_rows(c).extra_per_group):
+    return
+  own_baseline = [n for n in advantages.names()
+                  if advantages.meta(n).min_group_size <= g]
+  _fail("rollout.num_generations", f"{g} gives groups of {g}, and estimator "
+        f"{name!r} forms its baseline from a group's own rewards (it needs "
+        f"{needed} or more): every advantage would be 0 for the whole run",
+        f"set --config.rollout.num_generations={max(needed, 2)} or more, or "
+        f"use an estimator with a baseline of its own: "
+        f"{', '.join(own_baseline)}")
 
 
 def _check_no_sampler_records(c, top_k: str, temperatures: str) -> None:
@@ -534,6 +557,7 @@ def check_stages(c) -> None:
   check_tracker_stages(c, advantages)
   check_resampled_stages(c, advantages)
   budgets.check_config(c)  # the budget stage and what it carries
+  check_group_size(c, advantages)
 
   _check_choice("objective.name", c.objective.name, objectives.names())
   # The objective checks its own options (names, then values).

@@ -44,6 +44,7 @@ from grpo_jax.runtime import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.train import optim
+from grpo_jax.train import resume
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
 from grpo_jax import rollout as rollout_lib
@@ -441,7 +442,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   TensorBoard events, ``curves.png`` and checkpoints under
   ``workdir/checkpoints`` (every ``checkpoint.every`` steps and at the end).
   If a checkpoint exists the run continues from the latest one, exactly as
-  if it had never stopped. With ``eval.every`` the held-out
+  if it had never stopped; a config that differs from the one it saved
+  (beyond `resume.RESUMABLE`: num_steps, checkpoint/eval/logging settings)
+  is refused first, unless ``train.allow_config_change``. With ``eval.every`` the held-out
   figures (`evaluation.from_config`) join the record of every
   ``eval.every``-th step and of the last, as ``eval/<name>``.
 
@@ -472,6 +475,9 @@ def train(config, workdir: str, *, callback: Optional[Callable] = None,
   if run is None:
     validate(config)  # before the probe makes the workdir
   checkpoint_lib.check_writable(ckpt_dir)
+  # A resume under another config, before the model loads.
+  resume.check_config_unchanged(config if run is None else run.config,
+                                ckpt_dir)
   # From the start: a preemption while the model loads ends the run too.
   with faults.StopSignals() as signals:
     run = run or build_validated(config)

@@ -4,13 +4,14 @@ the config it saved, its policy, its whole state (`train` writes them).
 
 import functools
 import json
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import jax
 import ml_collections
 
 from grpo_jax.runtime import checkpoint as checkpoint_lib
 from grpo_jax import config as config_lib
+from grpo_jax.config import errors as config_errors
 from grpo_jax.train import optim
 from grpo_jax import train
 from grpo_jax.models import lora
@@ -33,6 +34,33 @@ def restore_config(workdir: str, *, step=None) -> tuple:
   step, metadata = restore_metadata(workdir, step=step)
   return step, config_lib.with_defaults(
       ml_collections.ConfigDict(json.loads(metadata["config"])))
+
+
+# The fields that make a trained policy what it is: its base model (name,
+# revision, dtype), its adapters, and the seed of a random model's weights
+# and the adapters' initialisation. `restore_policy` reads them from the
+# run's own config, so an override of one would be ignored.
+POLICY_FIELDS = ("model", "lora", "seed")
+
+
+def with_overrides(config, overrides: Mapping[str, Any]):
+  """A copy of a run's `config` with ``--config.a.b=value`` overrides
+  (flat, as `config_flags.get_override_values` gives them) applied, for
+  evaluating its policy another way (``rollout.temperature``, ``eval.*``,
+  ``data.*``). ValueError naming every override of a `POLICY_FIELDS`
+  field: those come from the checkpoint."""
+  fixed = [field for field in overrides
+           if any(field == p or field.startswith(p + ".")
+                  for p in POLICY_FIELDS)]
+  if fixed:
+    config_errors.fail(
+        ", config.".join(fixed), "a trained policy's "
+        f"{'/'.join(POLICY_FIELDS)} fields come from its checkpoint and "
+        "cannot be overridden", "drop these overrides (to evaluate another "
+        "model, give --config without --checkpoint)")
+  config = config.copy_and_resolve_references()
+  config.update_from_flattened_dict(dict(overrides))
+  return config
 
 
 def restore_policy(workdir: str, *, step=None) -> tuple:

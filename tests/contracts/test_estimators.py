@@ -84,6 +84,23 @@ def test_metadata_and_record(name, options):
   advantages.check_options(name, options)
 
 
+@pytest.mark.parametrize("name,options", CASES)
+def test_min_group_size_says_whether_groups_of_one_ever_train(name, options):
+  """Metadata ``min_group_size`` 2 (which `train.validate` holds
+  rollout.num_generations to): a run of groups of one, its state carried
+  from batch to batch, gives every advantage exactly 0; 1: some advantage
+  is nonzero, so G = 1 trains."""
+  estimator = advantages.make(name, **options)
+  state, nonzero = estimator.init(), []
+  for i in range(3):
+    one = laws.estimator_groups(jax.random.PRNGKey(i), g=1)
+    out, state = estimator.estimate(state, one)
+    nonzero.append(bool(np.any(np.asarray(out) != 0)))
+  needed = advantages.meta(name, **options).min_group_size
+  assert needed in (1, 2)
+  assert any(nonzero) == (needed == 1), (needed, nonzero)
+
+
 @pytest.mark.parametrize("name", advantages.names())
 def test_unknown_option_names_the_key_and_the_allowed_ones(name):
   allowed = advantages.ESTIMATORS.options(
