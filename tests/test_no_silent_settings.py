@@ -95,7 +95,7 @@ def test_a_data_path_without_a_task_that_reads_it_is_refused():
   config = config_of("grpo")
   config.data.path = "my.jsonl"
   with pytest.raises(ValueError, match=r"config\.data\.task: 'arithmetic' "
-                     r"reads no file.*set --config\.data\.task=jsonl"):
+                     r"reads no file.*set --config\.data\.task=hf or jsonl"):
     train.validate(config)
   config.data.task = "jsonl"  # the fix; the file itself is build's check
   train.validate(config)
