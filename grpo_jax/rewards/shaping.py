@@ -18,7 +18,7 @@ from grpo_jax import registry
 from grpo_jax.config.errors import fail
 from grpo_jax.rewards.shapers import (READ_VERIFIERS, SHAPERS, Shaper,
                                       make_shaper)
-from grpo_jax.rewards.verifiers import VERIFIERS
+from grpo_jax.rewards import references
 
 
 class ShapeStage(NamedTuple):
@@ -180,8 +180,8 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
     if check_config is not None:
       problem = check_config(
           functions=tuple(functions), weights=tuple(weights),
-          ranges=tuple(VERIFIERS.entry(f).meta.range
-                       for f in functions), **kwargs)
+          ranges=tuple(references.declared_range(f) for f in functions),
+          **kwargs)
       if problem:
         where, what, fix = problem
         fail(where or field, what, fix)
