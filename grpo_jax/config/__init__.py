@@ -519,6 +519,7 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
 
   for name in c.rewards.functions:  # a registered name or a reference
     rewards.references.check(name)
+  rewards.references.check_columns(c.rewards.functions)
   if not c.rewards.functions:
     _fail("rewards.functions", "is empty", "name at least one reward function")
   rewards.gym_scoring.check_task(c.data.task, tuple(c.rewards.functions))

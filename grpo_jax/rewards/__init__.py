@@ -60,7 +60,7 @@ from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
 __all__ = [
     "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
     "ScoreResult", "ShapeStage", "Shaper", "VERIFIERS", "accuracy",
-    "answer_is_correct", "check_shapers", "column_ranges", "consteer",
+    "answer_is_correct", "check_shapers", "column_names", "column_ranges", "consteer",
     "cosine_length", "repetition_penalty",
     "format_reward", "get", "group_advantages", "gym_scoring", "grpo_lead",
     "hapo_length",
@@ -72,6 +72,9 @@ __all__ = [
 # ``rewards.functions`` entry, a name or a reference (`references`).
 names = VERIFIERS.names
 get = references.get
+# The reward columns of ``rewards.functions`` (a reference's is its
+# function's name).
+column_names = references.columns
 
 
 def column_ranges(functions, shapers=()) -> tuple:

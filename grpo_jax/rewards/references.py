@@ -11,9 +11,12 @@ current directory. The function is called as the registered ones are,
 ``fn(prompts, completions, answers) -> N floats`` (`verifiers`), which
 `check` holds its signature against before any compute.
 
-The reference is the reward's name: its column, ``reward/<reference>`` in
-the metrics, and what the config (saved with every checkpoint) keeps, so
-that evaluating the run resolves it again. `get` gives a `Reference`, a
+A reference's reward column is its function's name (`column`): the
+metrics read ``reward/digit_share``, ``groups.kwargs.signal_reward`` names
+``digit_share``; no two entries may make one column, nor may a reference
+take a registered reward's (shapers read ``accuracy`` as correctness).
+The config, saved with every checkpoint, keeps the reference, so that
+evaluating the run resolves it again. `get` gives a `Reference`, a
 callable that resolves the function where it is first called, so a worker
 process (`workers`) imports the module or loads the file itself and never
 needs the trainer's ``__main__``. A function that is also registered in
@@ -174,6 +177,38 @@ def check(name: str) -> None:
            f"{_FORMS}")
     return
   _check_signature(name, parse(name).resolve())
+
+
+def column(name: str) -> str:
+  """The reward column of a ``rewards.functions`` entry (its metric is
+  ``reward/<column>``): a registered name itself, a reference its
+  function's name."""
+  return name.rpartition(":")[2]
+
+
+def columns(functions) -> Tuple[str, ...]:
+  """`column` of each ``rewards.functions`` entry, in order."""
+  return tuple(column(name) for name in functions)
+
+
+def check_columns(functions) -> None:
+  """A config error naming ``rewards.functions`` when two entries make one
+  column, or a reference makes a registered reward's column with another
+  function (shapers and metrics would read it as the registered one)."""
+  seen = {}
+  for name in functions:
+    key = column(name)
+    if key in seen:
+      fail(FIELD, f"{seen[key]!r} and {name!r} both make the reward column "
+           f"{key!r} (a reference's column is its function's name)",
+           "name each function once, and give functions of one name in "
+           "two files names of their own")
+    if (is_reference(name) and key in VERIFIERS
+        and VERIFIERS.get(key) is not parse(name).resolve()):
+      fail(FIELD, f"{name!r} makes the reward column {key!r}, the name of a "
+           "registered reward (which shapers and the metrics read as that "
+           "one)", f"rename the function, or use the registered {key!r}")
+    seen[key] = name
 
 
 def declared_range(name: str) -> Optional[Tuple[float, float]]:
