@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from configs import grpo as grpo_config
+from grpo_jax import catalog
 from grpo_jax import rewards
 from grpo_jax import testing
 from grpo_jax import train as train_lib
@@ -66,6 +67,7 @@ def test_a_file_reference_resolves_absolute_or_from_the_current_directory(
     tmp_path, monkeypatch, relative):
   path = _write(tmp_path / "sub" / "my_rewards.py", """
       def vowels(prompts, completions, answers):
+        '''Vowels.'''
         return [float(sum(ch in "aeiou" for ch in c)) for c in completions]
       """)
   if relative:
@@ -78,6 +80,9 @@ def test_a_file_reference_resolves_absolute_or_from_the_current_directory(
   config = grpo_config.get_config("tiny")
   config.rewards.functions, config.rewards.weights = ("accuracy", name), (1., 1.)
   train_lib.validate(config)
+  # --dry_run lists it among the components, with its docstring.
+  picked = dict(catalog.chosen(config))  # the last line of each field
+  assert picked["rewards.functions"] == catalog.Line(name, "", "Vowels.")
 
 
 @pytest.mark.parametrize("name, problem", [
