@@ -173,3 +173,7 @@ def chosen(config) -> Iterator[Tuple[str, Line]]:
         field = kind.field.replace("<name>", name)
         yield field, Line(name, getattr(entry.meta, "paper", "") or "",
                           first_paragraph(entry.fn.__doc__))
+      elif kind.field == "rewards.functions" and ":" in name:  # by reference
+        from grpo_jax.rewards import references  # pylint: disable=g-import-not-at-top
+        yield kind.field, Line(name, "", first_paragraph(
+            references.parse(name).resolve().__doc__))

@@ -256,6 +256,46 @@ def test_the_pool_is_shared_until_closed():
   assert workers.pool(WORKERS) is not first
 
 
+# An initializer that ends each worker as it starts, as a script that cannot
+# be imported in a fresh process does (multiprocessing's spawn re-imports it).
+_DIE_AS_IT_STARTS = functools.partial(os._exit, 3)
+
+
+def test_a_pool_whose_workers_die_as_they_start_stops_the_scoring(
+    monkeypatch):
+  def one(prompts, completions, answers):
+    return [1.0] * len(completions)
+
+  workers.close()
+  monkeypatch.setattr(workers, "_init_worker", _DIE_AS_IT_STARTS)
+  try:
+    with pytest.raises(workers.WorkerPoolFailure,
+                       match=r"broke 2 times in a row.*rewards\.workers=0"):
+      _score({"one": one}, ["a", "b", "c", "d"])
+  finally:
+    workers.close()  # the next pool starts its workers as usual
+
+
+def test_a_pool_that_broke_once_is_restarted_and_costs_only_its_tasks():
+  length = _length_reward("never", lambda: None)
+  workers.close()
+  broken = workers.pebble.ProcessPool(
+      max_workers=WORKERS, initializer=_DIE_AS_IT_STARTS,
+      context=workers.multiprocessing.get_context("spawn"))
+  broken.schedule(time.sleep, args=(0,))  # starts it; its workers then die
+  workers._POOLS[WORKERS] = broken  # pylint: disable=protected-access
+  try:
+    result = _score({"length": length}, ["a", "bb", "ccc", "dddd", "eeeee"])
+  finally:
+    workers.close()
+  # The first WORKERS tasks went to the broken pool; the rest to its
+  # replacement, which scored them.
+  testing.assert_close(result.per_function[:, 0],
+                       np.array([0, 0, 3, 4, 5], np.float32))
+  assert result.num_errors == {"length": WORKERS}
+  assert "the worker pool failed" in result.first_error["length"]
+
+
 def test_start_warms_the_workers_up_before_the_first_call():
   def math_verify_loaded(prompts, completions, answers):
     return [float("math_verify" in sys.modules)]

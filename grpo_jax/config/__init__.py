@@ -131,6 +131,9 @@ def get_base_config() -> ml_collections.ConfigDict:
         dict(name=name, kwargs=ml_collections.ConfigDict()))
 
   c.rewards = ml_collections.ConfigDict()
+  # Registered names (rewards.VERIFIERS) or references to functions of one's
+  # own, "my_pkg.my_mod:fn" or "path/to/file.py:fn" (rewards.references);
+  # one weight each.
   c.rewards.functions = ("accuracy", "format")
   c.rewards.weights = (1.0, 0.1)
   # Reward shapers (rewards.SHAPERS), each one more reward column: name ->
@@ -514,11 +517,9 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
     _fail("rollout.entropy_pivot", f"{r.entropy_pivot!r} is outside (0, 1)",
           "set a quantile such as 0.8 (HAPO's)")
 
-  known = rewards.names()
-  for name in c.rewards.functions:
-    if name not in known:
-      _fail("rewards.functions", f"{name!r} is unknown",
-            f"choose from {', '.join(known)}")
+  for name in c.rewards.functions:  # a registered name or a reference
+    rewards.references.check(name)
+  rewards.references.check_columns(c.rewards.functions)
   if not c.rewards.functions:
     _fail("rewards.functions", "is empty", "name at least one reward function")
   rewards.gym_scoring.check_task(c.data.task, tuple(c.rewards.functions))

@@ -36,12 +36,14 @@ them is `shaping`.
 A new one is a function in `verifiers.py` or `shapers.py` under the
 registry's decorator, with the range of its values (``range=(lo, hi)``):
 `column_ranges` reads them for `train.validate`, which holds them against
-the advantage estimator's domain.
+the advantage estimator's domain. A reward function of one's own needs no
+registering: ``rewards.functions`` takes it by reference as well,
+``my_pkg.my_mod:fn`` or ``path/to/file.py:fn`` (`references`).
 """
 
 from grpo_jax.rewards.scoring import (SCORE_MODES, ScoreOptions, ScoreResult,
                                       group_advantages, score)
-from grpo_jax.rewards import gym_scoring, rubric
+from grpo_jax.rewards import gym_scoring, references, rubric
 from grpo_jax.rewards.length_shapers import (cosine_length, grpo_lead,
                                              hapo_length, lcpo, lead_reweight,
                                              length_budget)
@@ -58,24 +60,29 @@ from grpo_jax.rewards.verifiers import (ANSWER_INSTRUCTION, VERIFIERS,
 __all__ = [
     "ANSWER_INSTRUCTION", "RewardFn", "SCORE_MODES", "SHAPERS", "ScoreOptions",
     "ScoreResult", "ShapeStage", "Shaper", "VERIFIERS", "accuracy",
-    "answer_is_correct", "check_shapers", "column_ranges", "consteer",
+    "answer_is_correct", "check_shapers", "column_names", "column_ranges", "consteer",
     "cosine_length", "repetition_penalty",
     "format_reward", "get", "group_advantages", "gym_scoring", "grpo_lead",
     "hapo_length",
     "lcpo", "lead_reweight", "length_budget", "make_shape_stage",
     "make_shaper", "math_answer", "names", "overlong_penalty", "pow3r",
-    "rubric", "score", "shaper_range"]
+    "references", "rubric", "score", "shaper_range"]
 
-# The reward functions (verifiers) by name.
+# The registered reward functions (verifiers) by name; `get` takes a
+# ``rewards.functions`` entry, a name or a reference (`references`).
 names = VERIFIERS.names
-get = VERIFIERS.get
+get = references.get
+# The reward columns of ``rewards.functions`` (a reference's is its
+# function's name).
+column_names = references.columns
 
 
 def column_ranges(functions, shapers=()) -> tuple:
   """The declared ``(lo, hi)`` of each reward column, None where a reward
-  declares none: the reward functions' (`VERIFIERS`), then the shapers'
-  (`shapers`: names, or name -> options, which a range may depend on)."""
+  declares none: the reward functions' (`references.declared_range`), then
+  the shapers' (`shapers`: names, or name -> options, which a range may
+  depend on)."""
   options = lambda n: ({k: v for k, v in shapers[n].items() if k != "weight"}
                        if hasattr(shapers, "items") else {})
-  return (tuple(VERIFIERS.entry(n).meta.range for n in functions)
+  return (tuple(references.declared_range(n) for n in functions)
           + tuple(shaper_range(n, **options(n)) for n in shapers))

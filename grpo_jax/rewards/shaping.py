@@ -18,7 +18,7 @@ from grpo_jax import registry
 from grpo_jax.config.errors import fail
 from grpo_jax.rewards.shapers import (READ_VERIFIERS, SHAPERS, Shaper,
                                       make_shaper)
-from grpo_jax.rewards.verifiers import VERIFIERS
+from grpo_jax.rewards import references
 
 
 class ShapeStage(NamedTuple):
@@ -148,7 +148,9 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
   and valid, the verifiers it reads are configured, a length limit fits
   the sampler, and POW3R's criteria are a rubric (weights summing to 1,
   one category each, scores in [0, 1]). A per-prompt table's size against
-  the task's ids is `rollout.checks.check_prompt_ids`'s."""
+  the task's ids is `rollout.checks.check_prompt_ids`'s. `functions` are
+  ``rewards.functions`` (names or references: read by their columns)."""
+  columns = references.columns(functions)
   for name, options in shapers_config.items():
     field = f"rewards.shapers.{name}"
     if "weight" not in options:
@@ -161,7 +163,7 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
     except ValueError as e:
       fail(field, str(e).rstrip("."), f"see --config.{field}")
     for read, verifier in READ_VERIFIERS.items():
-      if read in shaper.reads and verifier not in functions:
+      if read in shaper.reads and verifier not in columns:
         fail("rewards.functions", f"shaper {name!r} reads {read!r}, which "
              f"comes from the {verifier!r} reward function, but it is not "
              "configured", f"add {verifier!r} to rewards.functions (weight "
@@ -179,9 +181,9 @@ def check_shapers(shapers_config: Mapping[str, Mapping[str, Any]], *,
     check_config = SHAPERS.entry(name).meta.check_config
     if check_config is not None:
       problem = check_config(
-          functions=tuple(functions), weights=tuple(weights),
-          ranges=tuple(VERIFIERS.entry(f).meta.range
-                       for f in functions), **kwargs)
+          functions=columns, weights=tuple(weights),
+          ranges=tuple(references.declared_range(f) for f in functions),
+          **kwargs)
       if problem:
         where, what, fix = problem
         fail(where or field, what, fix)

@@ -12,7 +12,10 @@ Workers start with "spawn": the parent runs JAX, which is multithreaded and
 must never fork. A worker sets JAX to the CPU before any task and
 initialises no backend of its own. As every spawned child does, it
 re-imports the parent's ``__main__`` script, so a script that scores with
-workers keeps its work under ``if __name__ == "__main__":``.
+workers keeps its work under ``if __name__ == "__main__":``; a script that
+starts the pool from code outside such a block stops with
+`UnguardedScript` before any worker starts (a worker would run the
+script's training again, and every reward would fail).
 
 A function is pickled once per `run` (`dumps`); the bytes go with each of
 its tasks and the worker keeps the unpickled function by them. Its side
@@ -21,11 +24,18 @@ completion: a reward that needs the whole batch at once (a diversity
 bonus, one batched judge request) runs in the training process
 (``rewards.workers=0``).
 
+A pool that breaks (its workers died with no task on them) is restarted;
+one that breaks again before any task finished stops the scoring with
+`WorkerPoolFailure`, since no reward can be computed (counted as failing
+rewards, it would stop a run only ``rewards.max_failing_steps`` steps
+later, and never a shorter run).
+
 A worker leaves on SIGTERM from the pool alone (a timeout, `close`): a
 preemption notice sent to every process of a job must not cost the
 trainer's last step the rewards its workers were computing.
 """
 
+import ast
 import atexit
 import collections
 import concurrent.futures
@@ -132,12 +142,97 @@ def _call(payload: bytes, args: Tuple[str, str, str]) -> Outcome:
     return Outcome(0.0, repr(error))
 
 
+class WorkerPoolFailure(RuntimeError):
+  """The pool's workers die as they start: restarted, it broke again before
+  any task finished, so no reward can be computed."""
+
+
+class UnguardedScript(RuntimeError):
+  """The pool was to start from a script's top-level code outside an
+  ``if __name__ == "__main__":`` block, which each worker would run again."""
+
+
+def _is_main_guard(node) -> bool:
+  """Whether `node` is ``if __name__ == "__main__":`` (either order)."""
+  if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+          and len(node.test.ops) == 1
+          and isinstance(node.test.ops[0], ast.Eq)):
+    return False
+  sides = [node.test.left, node.test.comparators[0]]
+  return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+          and any(isinstance(s, ast.Constant) and s.value == "__main__"
+                  for s in sides))
+
+
+def _guarded_lines(tree) -> List[Tuple[int, int]]:
+  """The line spans of the bodies of the module-level main guards (inside
+  loops or ``try`` too, not inside functions or classes)."""
+  spans, todo = [], list(tree.body)
+  while todo:
+    node = todo.pop()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.ClassDef)):
+      continue
+    if _is_main_guard(node):
+      spans.append((node.body[0].lineno, node.body[-1].end_lineno))
+    todo.extend(ast.iter_child_nodes(node))
+  return spans
+
+
+def unguarded_main_line() -> Optional[Tuple[str, int]]:
+  """(script, line) when this thread runs the ``__main__`` script's
+  top-level code at a line outside every ``if __name__ == "__main__":``
+  block, which a spawned worker re-imports and so runs again; None
+  otherwise (no script file, a guarded line, an interactive session, a
+  script whose source cannot be read)."""
+  main = sys.modules.get("__main__")
+  path = getattr(main, "__file__", None)
+  if not path:
+    return None
+  frame = sys._getframe()  # pylint: disable=protected-access
+  while frame is not None and not (frame.f_code.co_name == "<module>"
+                                   and frame.f_globals is vars(main)):
+    frame = frame.f_back
+  if frame is None:  # not called from the script's top level
+    return None
+  line = frame.f_lineno
+  try:
+    with open(path, "rb") as f:
+      tree = ast.parse(f.read())
+  except (OSError, SyntaxError, ValueError):
+    return None
+  if any(lo <= line <= hi for lo, hi in _guarded_lines(tree)):
+    return None
+  return path, line
+
+
+def check_main_guarded() -> None:
+  """`UnguardedScript` when the pool would start from a script's unguarded
+  top-level code (`unguarded_main_line`): each worker would run the script
+  again, its training too, and every reward would fail."""
+  where = unguarded_main_line()
+  if where is None:
+    return
+  path, line = where
+  raise UnguardedScript(
+      f"{path}, line {line}, starts the reward workers (rewards.workers) from "
+      "the script's top-level code. Each worker process imports the script "
+      "again and would run that code too (multiprocessing's spawn), so every "
+      "reward would fail. Put the script's work under "
+      "`if __name__ == \"__main__\":` (definitions of reward functions may "
+      "stay above it), or name your reward function by reference on the "
+      "command line (--config.rewards.functions=my_module:my_function), or "
+      "set rewards.workers=0 to score in the training process.")
+
+
 def pool(workers: int) -> pebble.ProcessPool:
   """The process's pool of `workers` workers, started on first use (and
-  again after it broke)."""
+  again after it broke); `UnguardedScript` instead when a script's
+  unguarded top-level code is starting it (`check_main_guarded`)."""
   with _LOCK:
     current = _POOLS.get(workers)
     if current is None or not current.active:
+      check_main_guarded()
       if current is not None:  # broken: stop what is left of it
         current.stop()
         current.join()
@@ -214,6 +309,12 @@ def run(calls: Sequence[Tuple[bytes, Tuple[str, str, str]]], *, workers: int,
 
   Returns:
     One `Outcome` per call, in order.
+
+  Raises:
+    WorkerPoolFailure: the pool broke, and again after its restart before
+      any task finished (its workers cannot start): a failure of every
+      reward, which counting would only report steps later.
+    UnguardedScript: a script's top-level code is starting the pool.
   """
   end = time.monotonic() + deadline_s
   outcomes: List[Outcome] = [None] * len(calls)
@@ -235,21 +336,52 @@ def run(calls: Sequence[Tuple[bytes, Tuple[str, str, str]]], *, workers: int,
   return [o or late for o in outcomes]
 
 
+def _pool_broke(error) -> bool:
+  """Whether a task's `error` is the pool's (pebble's BrokenProcessPool: its
+  workers died with no task on them), not its own call's."""
+  return error is not None and not isinstance(
+      error, (concurrent.futures.TimeoutError, pebble.ProcessExpired))
+
+
+def _check_pool_alive(broken: list, error) -> None:
+  """`WorkerPoolFailure` once a second pool in a row broke (`broken`, those
+  that did since a worker last finished a task): its workers die as they
+  start, and a restart does not help."""
+  if len(broken) < 2:
+    return
+  raise WorkerPoolFailure(
+      f"the reward worker pool broke {len(broken)} times in a row, restarted "
+      f"in between, before any worker finished a task (the last: "
+      f"{error!r}): its worker processes die as they start, so no reward "
+      "can be computed. Their own errors are in the log above: each worker "
+      "imports the script that started training (multiprocessing's spawn), "
+      "which must import cleanly in a fresh process. Set rewards.workers=0 "
+      "to score in the training process.")
+
+
 def _drain(calls, outcomes, queues, costly, running, *, workers, timeout_s,
            end) -> None:
   """`run`'s loop: keeps `workers` tasks in the pool until none is left or
   the deadline `end` passes; fills `outcomes`, leaves the unfinished in
-  `running`."""
+  `running`. A broken pool is restarted, but not a second time in a row
+  (`WorkerPoolFailure`)."""
+  pools = {}  # future -> the pool it runs in
+  broken = []  # pools that broke since a worker last finished a task
   while True:
     while len(running) < workers and time.monotonic() < end:
       i = _next_call(queues, costly)
       if i is None:
         break
+      current = pool(workers)  # its own errors (UnguardedScript) stop the run
       try:
-        running[pool(workers).schedule(_call, args=calls[i],
-                                       timeout=timeout_s)] = i
+        future = current.schedule(_call, args=calls[i], timeout=timeout_s)
       except RuntimeError as error:  # the pool broke; the next run restarts it
         outcomes[i] = Outcome(0.0, f"the worker pool failed ({error!r})")
+        if not any(p is current for p in broken):
+          broken.append(current)
+        _check_pool_alive(broken, error)
+        continue
+      running[future], pools[future] = i, current
     if not running:
       break
     done, _ = concurrent.futures.wait(
@@ -258,7 +390,13 @@ def _drain(calls, outcomes, queues, costly, running, *, workers, timeout_s,
     if not done:
       break
     for future in done:
-      i = running.pop(future)
+      i, current = running.pop(future), pools.pop(future)
       outcomes[i] = _outcome(future, timeout_s)
-      if future.exception() is not None:  # raised by the pool, not the call
+      error = future.exception()
+      if error is not None:  # raised by the pool, not the call
         costly.add(calls[i][0])
+      if not _pool_broke(error):
+        broken.clear()
+      elif not any(p is current for p in broken):
+        broken.append(current)
+      _check_pool_alive(broken, error)

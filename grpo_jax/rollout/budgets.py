@@ -320,7 +320,7 @@ def check_config(c) -> None:
                                         "rewards"),
       fix=", or budget.name=fixed")
   signal = b.kwargs.get("signal_reward", "")
-  columns = tuple(c.rewards.functions)
+  columns = rewards_lib.column_names(c.rewards.functions)
   if signal and signal not in columns:
     fail("budget.kwargs.signal_reward", f"{signal!r} is not a configured "
          "reward", f"choose one of {', '.join(columns)}, or '' for "

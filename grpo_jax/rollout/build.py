@@ -53,7 +53,7 @@ def make_components(config) -> dict:
                                            **config.rows.kwargs),
       "filter": strategies.make_member_filter(
           config.filter.name, group_size=int(config.rollout.num_generations),
-          columns=tuple(config.rewards.functions)
+          columns=rewards_lib.column_names(config.rewards.functions)
           + tuple(config.rewards.shapers), **config.filter.kwargs),
       "revisits": _revisit_memory(config),
       "temperature": _entropy_stage(config),
@@ -143,7 +143,8 @@ def from_config(config, model_config, tokenizer, components=None):
       model_config=model_config, tokenizer=tokenizer,
       task=data.make_task(config.data, seed=config.seed),
       format_prompt=data.format_prompt,
-      verifiers={name: (rewards_lib.get(name), float(weight))
+      verifiers={rewards_lib.references.column(name): (rewards_lib.get(name),
+                                                       float(weight))
                  for name, weight in zip(config.rewards.functions,
                                          config.rewards.weights)},
       shapers=shapers,

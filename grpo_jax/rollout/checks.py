@@ -542,10 +542,11 @@ def check_objective_error(c, message: str) -> None:
 def check_stages(c) -> None:
   """The stages' options and what each needs of the others, in pipeline
   order, after `config.check_fields` (`train.validate` runs both)."""
-  from grpo_jax import advantages, objectives, rollout  # pylint: disable=g-import-not-at-top
+  from grpo_jax import advantages, objectives, rewards, rollout  # pylint: disable=g-import-not-at-top
   from grpo_jax.rollout import budgets, replay, repo  # pylint: disable=g-import-not-at-top
   # The reward columns: the functions', then the shapers'.
-  columns = tuple(c.rewards.functions) + tuple(c.rewards.shapers)
+  columns = (rewards.column_names(c.rewards.functions)
+             + tuple(c.rewards.shapers))
   check_sampling_stages(c, columns)
 
   _check_choice("advantage.name", c.advantage.name, advantages.names())

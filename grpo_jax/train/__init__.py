@@ -57,6 +57,7 @@ from grpo_jax.runtime import tracking
 from grpo_jax.train import update as update_lib
 from grpo_jax.models import loading
 from grpo_jax.models import lora
+from grpo_jax.rewards import references as reward_references
 from grpo_jax.rewards import workers as reward_workers
 
 
@@ -298,7 +299,7 @@ def build_validated(config) -> Run:
       max_nonfinite_updates=config.train.max_nonfinite_updates,
       max_failing_steps=config.rewards.max_failing_steps,
       # A shaper that raises counts like a verifier (its column is 0 then).
-      reward_names=(tuple(config.rewards.functions)
+      reward_names=(reward_references.columns(config.rewards.functions)
                     + tuple(config.rewards.shapers)),
       on_corrupt=config.checkpoint.on_corrupt,
       state_hints=_state_hints(config, components),
