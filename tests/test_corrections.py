@@ -648,7 +648,7 @@ def test_config_errors_name_the_field_and_the_fix():
   bad(corrections_of({"tiss": {}}),
       r"config\.corrections\.tiss: correction 'tiss' is unknown; choose from")
   bad(corrections_of({"mis": {"c_max": 0.0}}),
-      r"config\.corrections\.mis: c_max must be > 0")
+      r"config\.corrections\.mis\.c_max: c_max must be > 0")
 
   def sequence_objective(c):
     c.objective.name = "gmpo"
@@ -774,8 +774,8 @@ def test_a_bad_option_value_is_a_value_error_at_make(name, options, match):
 def test_a_string_bound_is_a_config_field_error():
   config = grpo_config.get_config("tiny")
   config.corrections = ml_collections.ConfigDict({"tis": {"c_max": "2"}})
-  with pytest.raises(ValueError, match=r"config\.corrections\.tis: c_max "
-                     r"must be a real number"):
+  with pytest.raises(ValueError, match=r"config\.corrections\.tis\.c_max: "
+                     r"c_max must be a real number"):
     train.validate(config)
 
 

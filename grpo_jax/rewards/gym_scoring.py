@@ -61,7 +61,15 @@ def check_task(task: str, functions: Sequence[str]) -> None:
          "rewards.functions=('reasoning_gym', 'format')")
 
 
-@VERIFIERS.register("reasoning_gym", range=(0.0, 1.0))
+def _example_answer() -> str:
+  """The reference of the first basic_arithmetic problem at level 0."""
+  size = 1
+  entry = gym.problem_set("basic_arithmetic", 0, size)[0]
+  return gym.reference("basic_arithmetic", 0, size, 0, str(entry["answer"]))
+
+
+@VERIFIERS.register("reasoning_gym", range=(0.0, 1.0),
+                    example_answer=_example_answer)
 def reasoning_gym_score(prompts: Sequence[str], completions: Sequence[str],
                         answers: Sequence[str]) -> list:
   """The reasoning_gym generator's score of each completion's final

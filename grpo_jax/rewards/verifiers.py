@@ -42,6 +42,9 @@ class VerifierMeta(NamedTuple):
   # The (lo, hi) of its values, held against an estimator's domain; None:
   # undeclared.
   range: Optional[Tuple[float, float]] = None
+  # () -> an answer text the function scores (the contract suite's example);
+  # None: any plain answer, e.g. "3".
+  example_answer: Optional[Callable[[], str]] = None
 
 
 VERIFIERS = registry.Registry(
