@@ -222,9 +222,12 @@ def coin_accuracy(run):
   other reward function by 0, scored in this process: the tiny model earns
   no reward, and a replaying strategy needs groups with and without
   variance. The correctness reward is the one the library reads
-  correctness from (`rewards.shapers.READ_VERIFIERS`); a ValueError if the
-  config's ``rewards.functions`` lack it."""
+  correctness from (`rewards.shapers.READ_VERIFIERS`), and the graded one
+  a ``:tiny`` preset weighs in its place (`config.TINY_REWARD`): the same
+  coin in both; a ValueError if the config's ``rewards.functions`` lack
+  the first."""
   import hashlib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from grpo_jax.rewards import shapers  # pylint: disable=g-import-not-at-top
   correct = shapers.READ_VERIFIERS["correct"]
   pipeline = run.rollout_fn.keywords["pipeline"]
@@ -239,7 +242,8 @@ def coin_accuracy(run):
             for c in completions]
 
   zero = lambda prompts, completions, answers: [0.0] * len(completions)
-  replacements = dict.fromkeys(pipeline.verifiers, zero) | {correct: quarter}
+  replacements = dict.fromkeys(pipeline.verifiers, zero) | {
+      correct: quarter, config_lib.TINY_REWARD: quarter}
   return with_pipeline(run, with_verifiers(pipeline, replacements.get))
 
 
