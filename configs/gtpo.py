@@ -27,9 +27,6 @@ recovered.
 Command:
   python -m experiments.train --config=configs/gtpo.py --workdir=runs/gtpo
 
-``:tiny`` sets the threshold to 5.0 nats, above the random tiny model's
-4.6 (it would filter every row).
-
 Expect: credit/gtpo/conflict_fraction a few percent (the shared opening
 and closing tokens), credit/gtpo/filtered_fraction the share of rows above
 2.0 nats a token, well below 1.
@@ -46,11 +43,4 @@ def get_config(arg=None):
                          conflict_weight=2.0, normalize_by_conflicts=False)
   c.kl.beta = 0.0
   c.train.num_minibatches = 2
-  c = config_lib.finalize(c, arg)
-  if arg == config_lib.TINY_MODEL:
-    # The random tiny model writes ~4.6 nats a token (ln 100, the most its
-    # 100 ids hold): below that the filter zeroes every row and nothing
-    # trains; above it none is filtered and the conflict weights and the
-    # entropy term act.
-    c.credit.kwargs.entropy_threshold = 5.0
-  return c
+  return config_lib.finalize(c, arg)

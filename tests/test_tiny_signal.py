@@ -9,6 +9,7 @@ import pytest
 from experiments import tiny_metrics
 from grpo_jax import config as config_lib
 from grpo_jax import rewards
+from grpo_jax import testing
 
 
 def load(name, arg="tiny"):
@@ -46,6 +47,21 @@ def test_tiny_grades_accuracy_in_its_place():
   # SD-GRPO's segments task has no accuracy column to grade.
   assert load("sd_grpo").rewards.functions == load(
       "sd_grpo", None).rewards.functions
+
+
+@pytest.mark.parametrize("name", ["dapo", "bppo", "pow3r", "lcpo",
+                                  "sd_grpo", "edge_grpo"])
+def test_ungraded_gives_a_tiny_preset_its_accuracy_back(name):
+  """`testing.ungraded` (for tests of all-wrong groups) undoes the swap:
+  the rewards and the stage options naming accuracy are the plain
+  config's again."""
+  plain, tiny = load(name, None), testing.ungraded(load(name))
+  assert tiny.rewards.functions == plain.rewards.functions
+  assert tiny.rewards.weights == plain.rewards.weights
+  for stage in config_lib.STAGES:
+    named = lambda c: {k for k, v in c[stage].kwargs.items()
+                       if v == "accuracy"}
+    assert named(tiny) == named(plain), stage
 
 
 def test_without_signal_names_the_configs_that_never_trained():

@@ -216,6 +216,29 @@ def coin(name: str):
   return fn
 
 
+def ungraded(config):
+  """`config`, a ``:tiny`` preset, changed in place to score `accuracy`
+  where `config.use_graded_accuracy` put `config.TINY_REWARD` (its slot,
+  weight and stage options; the extra weight-0 accuracy column dropped):
+  the random tiny model then earns no reward, every group all wrong, as a
+  test of what happens to such groups needs."""
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  functions = list(config.rewards.functions)
+  weights = list(config.rewards.weights)
+  if config_lib.TINY_REWARD not in functions:
+    return config
+  if functions[-1] == "accuracy" and weights[-1] == 0:
+    functions, weights = functions[:-1], weights[:-1]
+  functions[functions.index(config_lib.TINY_REWARD)] = "accuracy"
+  config.rewards.functions = tuple(functions)
+  config.rewards.weights = tuple(weights)
+  for stage in config_lib.STAGES:
+    for key, value in list(config[stage].kwargs.items()):
+      if value == config_lib.TINY_REWARD:
+        config[stage].kwargs[key] = "accuracy"
+  return config
+
+
 def coin_accuracy(run):
   """`run` (a `train.Run`) with its correctness reward replaced by a coin
   (1 for a quarter of completions, by a hash of the completion) and every
