@@ -36,9 +36,9 @@ def get_config(arg=None):
   c = config_lib.use_quickstart_scale(config_lib.get_base_config())
   c.objective.kwargs.aggregation = "token_mean"
   c.filter.name = "bppo"
-  c = config_lib.finalize(c, arg)
-  # 16 of 40 tokens; half of `:tiny`'s 8, so that the prefix acts there.
-  c.filter.kwargs = dict(correct_reward="accuracy",
-                         prefix_len=min(16, c.rollout.max_new_tokens // 2),
+  c.filter.kwargs = dict(correct_reward="accuracy", prefix_len=16,
                          prefix_frac=None)
+  c = config_lib.finalize(c, arg)  # `:tiny` grades correct_reward
+  # 16 of 40 tokens; half of `:tiny`'s 8, so that the prefix acts there.
+  c.filter.kwargs.prefix_len = min(16, c.rollout.max_new_tokens // 2)
   return c

@@ -4,6 +4,11 @@ or two such files compared (a refactor that keeps behaviour changes none).
   python -m experiments.tiny_metrics --out=before.json   # on the old commit
   python -m experiments.tiny_metrics --out=after.json    # on the new one
   python -m experiments.tiny_metrics --compare=before.json,after.json
+  python -m experiments.tiny_metrics --signal=after.json   # which trained
+
+`--signal` names each config none of whose steps trained on a nonzero
+advantage (`without_signal`): a ``:tiny`` run should train from its first
+steps (`config.use_tiny`'s graded reward).
 
 Timing figures (``time/*`` and throughputs) are left out: they differ from
 run to run. Prints one line per config and, comparing, each differing
@@ -30,6 +35,8 @@ def define_flags():
   flags.DEFINE_list("configs", [], "Config names; default all.")
   flags.DEFINE_integer("steps", 2, "Steps per run.")
   flags.DEFINE_list("compare", [], "Two JSON files to compare.")
+  flags.DEFINE_string("signal", None, "A JSON file whose configs without a "
+                      "nonzero advantage in any step to name.")
 
 
 def timing(key: str) -> bool:
@@ -69,8 +76,37 @@ def differences(before: dict, after: dict) -> list:
   return found
 
 
+# What shows that a step trained: the mean |advantage| of the rows that
+# train (a token-level advantage as its row's mean over its tokens) and the
+# share of them whose advantage is not 0.
+SIGNAL_KEYS = ("advantage/abs_mean", "rollout/nonzero_gradient_share")
+
+
+def without_signal(results: dict) -> list:
+  """(config, why) of every config in `results` ({config: records}) none of
+  whose steps shows both `SIGNAL_KEYS` above 0."""
+  found = []
+  for name, records in sorted(results.items()):
+    if not isinstance(records, list):
+      found.append((name, "failed"))
+    elif not any(all(r.get(k, 0) > 0 for k in SIGNAL_KEYS) for r in records):
+      found.append((name, "; ".join(
+          f"step {r.get('step')}: " + ", ".join(f"{k}={r.get(k)}"
+                                                for k in SIGNAL_KEYS)
+          for r in records)))
+  return found
+
+
 def main(argv):
   del argv
+  if FLAGS.signal:
+    with open(FLAGS.signal) as f:
+      results = json.load(f)
+    found = without_signal(results)
+    for name, why in found:
+      print(f"{name}: no signal ({why})")
+    print(f"{len(results)} configs, {len(found)} without signal")
+    sys.exit(1 if found else 0)
   if FLAGS.compare:
     paths = FLAGS.compare
     if len(paths) != 2:
@@ -83,7 +119,7 @@ def main(argv):
           f"{len({n for n, _ in found})} differ")
     sys.exit(1 if found else 0)
   if not FLAGS.out:
-    raise app.UsageError("give --out=FILE or --compare=A,B.")
+    raise app.UsageError("give --out=FILE, --compare=A,B or --signal=FILE.")
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_disable_most_optimizations", True)
   names = FLAGS.configs or sorted(

@@ -167,7 +167,8 @@ def test_config_errors_name_the_field_and_the_fix():
   config = popo_config.get_config("tiny")
   config.advantage.name = "spo"  # a per-prompt tracker
   config.advantage.kwargs = {}
-  config.rewards.weights = (1.0, 0.0)  # SPO's rewards in [0, 1]
+  config.rewards.weights = (1.0,) + (0.0,) * (
+      len(config.rewards.functions) - 1)  # SPO's rewards in [0, 1]
   with pytest.raises(ValueError, match=r"config\.advantage\.name: 'spo' "
                      "keeps state"):
     train.validate(config)
@@ -205,14 +206,15 @@ def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):
 
 
 def _tiny_run():
-  config = popo_config.get_config("tiny")
+  config = testing.ungraded(popo_config.get_config("tiny"))
   config.rewards.workers = 0
   config.optimizer.learning_rate = 3e-3
   return config, train.build(config)
 
 
 def test_the_tiny_step_trains_replayed_groups_through_decoupled_ppo():
-  """The tiny model earns no reward: every group of step 1 is ineffective.
+  """Scored by accuracy (`testing.ungraded`), the tiny model earns no
+  reward: every group of step 1 is ineffective.
   The buffer holds step 0's groups with accuracy [1, 0, 0, 0] and
   behaviour log-probs 0.3 below the sampler's (an older policy): step 1
   refills both groups, their advantages are GRPO's of the stored rewards

@@ -190,7 +190,8 @@ def test_config_errors_name_the_field_and_the_fix():
       config.objective.kwargs = dict(clip_low=0.2, clip_high=0.2)
     if field == "advantage.name":
       config.advantage.kwargs = {}
-      config.rewards.weights = (1.0, 0.0)
+      config.rewards.weights = (1.0,) + (0.0,) * (
+          len(config.rewards.functions) - 1)  # SPO's rewards in [0, 1]
     if field == "filter.name":
       config.filter.kwargs = {"k": 2}
     if field == "credit.name":
@@ -304,15 +305,15 @@ def test_the_update_aggregates_fresh_and_replayed_rows_apart():
 
 
 def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
-  """The tiny model earns no reward. The cache holds, for both of step 1's
-  prompts, two earlier groups with accuracy [1, 0, 0, 0] and behaviour
+  """Scored by accuracy (`testing.ungraded`), the tiny model earns no
+  reward. The cache holds, for both of step 1's prompts, two earlier groups with accuracy [1, 0, 0, 0] and behaviour
   log-probs 0.3 below the sampler's: step 1 replays k = 4 of them
   (highest_k: rewards [1, 1, 0, 0], split advantages +-1/(2 std) with std
   sqrt(1/3)), the fresh rows' advantages are 0, and decoupled PPO weighs
   the replayed rows by pi_old / mu = e^0.3: the split loss's gradient is
   2 e^0.3 times REINFORCE's over the minibatch (fresh rows carry no
   advantage, and the replayed part is a mean over 4 rows, not 8)."""
-  config = repo_config.get_config("tiny")
+  config = testing.ungraded(repo_config.get_config("tiny"))
   config.rewards.workers = 0
   run = train.build(config)
   p, g = config.rollout.num_prompts, config.rollout.num_generations
@@ -375,8 +376,10 @@ def test_a_crashed_run_resumes_exactly_with_its_cache(tmp_path):
 def test_reward_shapers_reach_the_replay_cache():
   """RePO's rows are a stage of the one generate, which shapes rewards: the
   cache stores each completion's total over every column, the repetition
-  column included (the tiny model earns no verifier reward)."""
-  config = testing.with_repetition_shaper(repo_config.get_config("tiny"))
+  column included (scored by accuracy, `testing.ungraded`, the tiny model
+  earns no verifier reward)."""
+  config = testing.with_repetition_shaper(
+      testing.ungraded(repo_config.get_config("tiny")))
   train.validate(config)  # shapers are carried with RePO's rows
   run = train.build(config)
   _, m, states = testing.rollout_step(run, 0)

@@ -175,13 +175,14 @@ def test_a_buffer_of_another_capacity_is_refused_naming_the_field(tmp_path):
 
 
 def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
-  """The tiny model earns no reward: step 1's fresh advantages are 0. The
+  """Scored by accuracy (`testing.ungraded`), the tiny model earns no
+  reward: step 1's fresh advantages are 0. The
   buffer holds step 0's P * G = 8 rows with hand-set advantages and
   behaviour log-probs 0.3 below the sampler's (an older policy): step 1
   appends all 8 (R = 16: the other 8 slots stay empty) with their stored
   advantages, prompts and log-probs; decoupled PPO's weight pi_old / mu =
   e^0.3 acts (a gradient other than REINFORCE's)."""
-  config = replay_config.get_config("tiny")
+  config = testing.ungraded(replay_config.get_config("tiny"))
   config.rewards.workers = 0
   run = train.build(config)
   # Rows carry their own prompts: the update's shared-prompt block is 1.
@@ -264,8 +265,10 @@ def test_a_crashed_run_resumes_exactly_with_its_buffer(tmp_path):
 def test_reward_shapers_reach_the_stored_rows():
   """Row replay is a stage of the one generate, which shapes rewards: a row
   pushed to the buffer keeps its total over every column, the repetition
-  column included (the tiny model earns no verifier reward)."""
-  config = testing.with_repetition_shaper(replay_config.get_config("tiny"))
+  column included (scored by accuracy, `testing.ungraded`, the tiny model
+  earns no verifier reward)."""
+  config = testing.with_repetition_shaper(
+      testing.ungraded(replay_config.get_config("tiny")))
   train.validate(config)  # shapers are carried with replayed rows
   run = train.build(config)
   _, m, states = testing.rollout_step(run, 0)

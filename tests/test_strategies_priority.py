@@ -441,10 +441,11 @@ def test_spo_tiny_steps_revisit_measure_and_prioritise(tmp_path):
 
 
 def test_edge_grpo_tiny_step_corrects_all_wrong_groups():
-  """The random tiny model answers nothing right, so every group is all
-  wrong: each gets the reference as its last row (24 tokens hold it),
-  which then has signal; the row's sampler log-probs are the trainer's."""
-  config = edge_config.get_config("tiny")
+  """Scored by accuracy (`testing.ungraded`), the random tiny model
+  answers nothing right, so every group is all wrong: each gets the
+  reference as its last row (24 tokens hold it), which then has signal;
+  the row's sampler log-probs are the trainer's."""
+  config = testing.ungraded(edge_config.get_config("tiny"))
   config.rollout.max_new_tokens = 24
   run = train.build(config)
   state = run.state

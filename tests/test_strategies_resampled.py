@@ -20,6 +20,7 @@ from grpo_jax import data
 from grpo_jax.rollout import references
 from grpo_jax import rollout
 from grpo_jax import strategies
+from grpo_jax import testing
 from grpo_jax import train
 from grpo_jax.strategies import hints
 from grpo_jax.strategies import resampled
@@ -348,11 +349,11 @@ def same_batch(a, b):
 
 
 def test_ghpo_tiny_step_hints_every_all_wrong_group():
-  """The random tiny model answers nothing right, so every group climbs
-  to omega 0.75 and stays wrong; the batch trains on the hinted prompts
-  (the hint in the prompt tokens, outside the loss); the same key gives
-  the same batch."""
-  config = ghpo_config.get_config("tiny")
+  """Scored by accuracy (`testing.ungraded`), the random tiny model
+  answers nothing right, so every group climbs to omega 0.75 and stays
+  wrong; the batch trains on the hinted prompts (the hint in the prompt
+  tokens, outside the loss); the same key gives the same batch."""
+  config = testing.ungraded(ghpo_config.get_config("tiny"))
   run = train.build(config)
   key = jax.random.fold_in(run.state.key, 0)
   batch, m, _ = tiny_step(run, key)
@@ -380,11 +381,12 @@ def _rare(name):
 
 
 def test_aero_tiny_step_grows_groups_and_rescues_with_some_success():
-  """Every group is all wrong: AERO draws more of the same prompts
-  (extra rows > 0, the same prompts in the batch). With a verifier right
-  1 time in 8, some key gives an all-wrong group a right draw: it is
-  rescued with signal; the same key gives the same batch."""
-  config = aero_config.get_config("tiny")
+  """Scored by accuracy (`testing.ungraded`), every group is all wrong:
+  AERO draws more of the same prompts (extra rows > 0, the same prompts in
+  the batch). With a verifier right 1 time in 8, some key gives an
+  all-wrong group a right draw: it is rescued with signal; the same key
+  gives the same batch."""
+  config = testing.ungraded(aero_config.get_config("tiny"))
   run = train.build(config)
   key = jax.random.fold_in(run.state.key, 0)
   batch, m, _ = tiny_step(run, key)
@@ -417,7 +419,7 @@ def test_ghpo_folds_only_the_plain_round_into_per_prompt_shapers():
   wrong, the hinted rounds all right. HAPO's per-prompt history reads the
   policy's plain sample once per step: no correct length enters it (before,
   the hinted successes did)."""
-  config = ghpo_config.get_config("tiny")
+  config = testing.ungraded(ghpo_config.get_config("tiny"))
   config.rewards.workers = 0
   config.rewards.shapers = {"hapo_length": dict(weight=0.5, capacity=4096)}
   run = train.build(config)

@@ -24,7 +24,11 @@ from grpo_jax import registry
 
 # The tiny preset: a random model built offline, shapes that run in seconds.
 TINY_MODEL = "tiny"
+# ... and its reward in accuracy's place (`use_graded_accuracy`).
+TINY_REWARD = "graded_accuracy"
 DECAYS = ("cosine", "linear", "constant")
+# The stages a config names as {name, kwargs}.
+STAGES = ("select", "groups", "credit", "rows", "filter", "budget")
 
 
 def get_base_config() -> ml_collections.ConfigDict:
@@ -124,9 +128,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   # GFPO's k shortest), `budget` (strategies.BUDGETS: each prompt's group
   # size within the N = num_prompts * num_generations rows, e.g.
   # Knapsack-RL's knapsack; "fixed" = num_generations each).
-  for stage, name in (("select", "uniform"), ("groups", "all_groups"),
-                      ("credit", "uniform"), ("rows", "all_rows"),
-                      ("filter", "none"), ("budget", "fixed")):
+  for stage, name in zip(STAGES, ("uniform", "all_groups", "uniform",
+                                  "all_rows", "none", "fixed")):
     c[stage] = ml_collections.ConfigDict(
         dict(name=name, kwargs=ml_collections.ConfigDict()))
 
@@ -335,7 +338,17 @@ def use_comparison_task(c: ml_collections.ConfigDict
 
 
 def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Random tiny model and tiny shapes: the loop end to end in seconds."""
+  """Random tiny model and tiny shapes: the loop end to end in seconds.
+
+  The random model almost never writes the right answer, so `accuracy`
+  alone would give every group equal rewards, zero advantages and nothing
+  to train on (DAPO's dynamic sampling would drop every group). The
+  preset scores with partial credit instead (`use_graded_accuracy`):
+  `TINY_REWARD` (1 / (1 + |n - answer|), n the completion's last number)
+  in accuracy's place, so that a tiny run's groups hold different rewards
+  from its first step and every objective's mechanism runs. A config
+  without `accuracy` (SD-GRPO's segments) keeps its rewards.
+  """
   c.model.name = TINY_MODEL
   c.data.prompt_buckets = (80,)  # character-level prompts
   c.data.system_prompt = ""  # the character-level prompt stays short
@@ -353,6 +366,39 @@ def use_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.checkpoint.every = 2
   c.data.heldout_size = 4
   c.eval.num_problems = 4
+  return use_graded_accuracy(c)
+
+
+def use_graded_accuracy(c: ml_collections.ConfigDict
+                        ) -> ml_collections.ConfigDict:
+  """`TINY_REWARD` in the place of the `accuracy` reward: its slot in
+  rewards.functions, its weight and every stage option that names it
+  (``signal_reward``: DAPO's dynamic sampling, the budgets' solved rows,
+  GHPO's hints; BPPO's ``correct_reward``: "> 0" now reads "partly
+  right"). `accuracy` stays as the last
+  column at weight 0 (its metric, the correctness a length shaper reads),
+  unless a shaper reads every reward column as its criteria (POW3R's
+  rubric, one category each). The declared range is accuracy's, [0, 1], so
+  an estimator's reward domain (NGRPO's r_max, BNPO's) still holds. A
+  config without `accuracy` is returned as it is."""
+  functions = list(c.rewards.functions)
+  if "accuracy" not in functions:
+    return c
+  from grpo_jax.rewards import shapers  # pylint: disable=g-import-not-at-top
+  slot = functions.index("accuracy")
+  functions[slot] = TINY_REWARD
+  weights = list(c.rewards.weights)
+  rubric = any(name in shapers.SHAPERS.names()
+               and "verified" in shapers.SHAPERS.entry(name).meta.reads
+               for name in c.rewards.shapers)
+  if not rubric:
+    functions.append("accuracy")
+    weights.append(0.0)
+  c.rewards.functions, c.rewards.weights = tuple(functions), tuple(weights)
+  for stage in STAGES:  # an option naming a column: signal_reward, ...
+    for key, value in list(c[stage].kwargs.items()):
+      if value == "accuracy":
+        c[stage].kwargs[key] = TINY_REWARD
   return c
 
 

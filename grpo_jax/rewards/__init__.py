@@ -21,6 +21,7 @@ them is `shaping`.
 |---------------|----------|-----------------------------------------------------|
 | ``accuracy``  | verifier | 1 if math-verify finds the reference answer, else 0 |
 | ``format``    | verifier | 1 if the completion ends with ``\\boxed{...}``       |
+| ``graded_accuracy`` | verifier | 1 / (1 + distance of its last number to the answer) |
 | ``boxed_once``, ``shows_work``, ``concise`` | verifier | rubric criteria (`rubric`) |
 | ``reasoning_gym`` | verifier | a reasoning_gym generator's score (`gym_scoring`) |
 | ``overlong``  | shaper   | 0, then a ramp to -1 near the length limit          |

@@ -17,6 +17,7 @@ timeout; a function that needs the whole batch at once runs with
 |---------------|-----------------------------------------------------|
 | ``accuracy``  | 1 if math-verify finds the reference answer, else 0 |
 | ``format``    | 1 if the completion ends with ``\\boxed{...}``       |
+| ``graded_accuracy`` | 1 / (1 + distance of its last number to the answer) |
 | ``all_segments``     | 1 if every sub-answer (one ``\\boxed{}`` each) is right |
 | ``segment_fraction`` | the share of the sub-answers that are right          |
 
@@ -252,6 +253,44 @@ def format_reward(prompts: Sequence[str], completions: Sequence[str],
   """
   check_batch(prompts, completions, answers)
   return [float(_BOXED_AT_END.search(c) is not None) for c in completions]
+
+
+# A plain decimal number, signed or not: what `graded_accuracy` reads.
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@VERIFIERS.register(range=(0.0, 1.0))
+def graded_accuracy(prompts: Sequence[str], completions: Sequence[str],
+                    answers: Sequence[str]) -> list:
+  """Partial credit for a numeric answer: 1 / (1 + |n - answer|), where n
+  is the last number written in the completion (a plain decimal, signed or
+  not); 0.0 where it writes none.
+
+  1.0 exactly when that number is the answer, 0.5 one off, and so on: a
+  near miss earns something, so that a model that rarely gets an answer
+  right (the random ``tiny`` model of the ``:tiny`` presets) still sees
+  rewards that differ within a group. No math parsing: the answer is the
+  last number, boxed or not.
+
+  Args:
+    prompts: N prompts (unused).
+    completions: N completion texts.
+    answers: N reference answers, each a plain number ("8", "-3", "2.5").
+
+  Returns:
+    N floats in [0, 1]. Raises ValueError for a reference that is not a
+    plain number.
+  """
+  check_batch(prompts, completions, answers)
+  out = []
+  for completion, answer in zip(completions, answers):
+    if not _PLAIN_NUMBER.fullmatch(answer.strip()):
+      raise ValueError(f"graded_accuracy needs a plain number as the "
+                       f"reference answer; got {answer!r}.")
+    numbers = _PLAIN_NUMBER.findall(completion)
+    out.append(1.0 / (1.0 + abs(float(numbers[-1]) - float(answer)))
+               if numbers else 0.0)
+  return out
 
 
 # ----------------------------------------------- segments (SD-GRPO's task)

@@ -216,15 +216,41 @@ def coin(name: str):
   return fn
 
 
+def ungraded(config):
+  """`config`, a ``:tiny`` preset, changed in place to score `accuracy`
+  where `config.use_graded_accuracy` put `config.TINY_REWARD` (its slot,
+  weight and stage options; the extra weight-0 accuracy column dropped):
+  the random tiny model then earns no reward, every group all wrong, as a
+  test of what happens to such groups needs."""
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  functions = list(config.rewards.functions)
+  weights = list(config.rewards.weights)
+  if config_lib.TINY_REWARD not in functions:
+    return config
+  if functions[-1] == "accuracy" and weights[-1] == 0:
+    functions, weights = functions[:-1], weights[:-1]
+  functions[functions.index(config_lib.TINY_REWARD)] = "accuracy"
+  config.rewards.functions = tuple(functions)
+  config.rewards.weights = tuple(weights)
+  for stage in config_lib.STAGES:
+    for key, value in list(config[stage].kwargs.items()):
+      if value == config_lib.TINY_REWARD:
+        config[stage].kwargs[key] = "accuracy"
+  return config
+
+
 def coin_accuracy(run):
   """`run` (a `train.Run`) with its correctness reward replaced by a coin
   (1 for a quarter of completions, by a hash of the completion) and every
   other reward function by 0, scored in this process: the tiny model earns
   no reward, and a replaying strategy needs groups with and without
   variance. The correctness reward is the one the library reads
-  correctness from (`rewards.shapers.READ_VERIFIERS`); a ValueError if the
-  config's ``rewards.functions`` lack it."""
+  correctness from (`rewards.shapers.READ_VERIFIERS`), and the graded one
+  a ``:tiny`` preset weighs in its place (`config.TINY_REWARD`): the same
+  coin in both; a ValueError if the config's ``rewards.functions`` lack
+  the first."""
   import hashlib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from grpo_jax.rewards import shapers  # pylint: disable=g-import-not-at-top
   correct = shapers.READ_VERIFIERS["correct"]
   pipeline = run.rollout_fn.keywords["pipeline"]
@@ -239,7 +265,8 @@ def coin_accuracy(run):
             for c in completions]
 
   zero = lambda prompts, completions, answers: [0.0] * len(completions)
-  replacements = dict.fromkeys(pipeline.verifiers, zero) | {correct: quarter}
+  replacements = dict.fromkeys(pipeline.verifiers, zero) | {
+      correct: quarter, config_lib.TINY_REWARD: quarter}
   return with_pipeline(run, with_verifiers(pipeline, replacements.get))
 
 
