@@ -217,6 +217,7 @@ def draw_groups(params, step: int, key, states, *, pipeline: Pipeline,
   n = p * g
   rows = lambda x: np.asarray(x).reshape((n,) + np.shape(x)[2:])
 
+  @functools.cache  # each field gathered once a step (read several times)
   def field(name):
     present = getattr(selected.rounds[0], name) is not None
     return rows(gather(name)) if present else None
