@@ -107,6 +107,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   # their tempered log-probs ([N, T, K]; DPPO's top-K forms read them).
   # 0 = off (nothing recorded or compiled). At most the vocabulary size.
   c.rollout.record_topk = 0
+  # S > 0: the sampler decodes S rows at a time and gives a slot the next
+  # row as soon as its row ends (the generation engine, for long-tailed
+  # lengths: a batch of all P x G rows runs until its longest row ends);
+  # the same tokens as 0, which decodes every row in one batch.
+  c.rollout.slots = 0
   # HAPO's entropy-adaptive sampler (grpo_jax.sampling.entropy_norm): tau > 0 draws
   # token t at T (1 + tau clip(h_hat_t, -1, 1)), h_hat its entropy
   # normalised by the previous step's batch statistics, and the trainer
@@ -437,6 +442,10 @@ def check_fields(c: ml_collections.ConfigDict) -> None:
     _fail("rollout.record_topk", f"{r.record_topk!r} is not an integer",
           "set K >= 0 (0: off)")
   _positive(c, "rollout.record_topk", allow_zero=True)
+  if isinstance(r.slots, bool) or not isinstance(r.slots, int):
+    _fail("rollout.slots", f"{r.slots!r} is not an integer",
+          "set S >= 0 (0: every row in one batch)")
+  _positive(c, "rollout.slots", allow_zero=True)
   _positive(c, "rollout.temperature_tau", allow_zero=True)
   if not r.temperature_tau < 1.0:  # T (1 - tau) at h_hat = -1 must stay > 0
     _fail("rollout.temperature_tau", f"{r.temperature_tau!r} is not below 1",

@@ -91,7 +91,8 @@ def sample_rows(params, examples, sizes, num_rows: int, key, *,
       num_samples=1, max_new_tokens=s.max_new_tokens,
       temperature=np.full(num_rows, s.temperature, np.float32),
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
-      eos_ids=s.eos_ids, pad_id=s.pad_id, row_prompt=layout.group))
+      eos_ids=s.eos_ids, pad_id=s.pad_id, row_prompt=layout.group,
+      slots=s.slots or None))
   group = np.asarray(layout.group)
   verified, errors = _score_rows(pipeline, examples, group)(out)
   real = group >= 0

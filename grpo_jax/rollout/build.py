@@ -139,7 +139,7 @@ def from_config(config, model_config, tokenizer, components=None):
           pad_id=pad_id,
           member_temperatures=tuple(float(x)
                                     for x in r.member_temperatures),
-          record_topk=int(r.record_topk)),
+          record_topk=int(r.record_topk), slots=int(r.slots)),
       model_config=model_config, tokenizer=tokenizer,
       task=data.make_task(config.data, seed=config.seed),
       format_prompt=data.format_prompt,

@@ -79,6 +79,9 @@ class Sampler(NamedTuple):
   member_temperatures: Tuple[float, ...] = ()
   # K > 0: the sampler records each position's top-K ids and log-probs.
   record_topk: int = 0
+  # S > 0: rows decode S at a time, each slot refilled as its row ends
+  # (`sampling.sample`'s `slots`); 0: every row in one batch.
+  slots: int = 0
 
 
 class Pipeline(NamedTuple):
@@ -186,7 +189,7 @@ def sample_round(params, examples, key, *, pipeline: Pipeline,
       num_samples=w, max_new_tokens=t, temperature=np.tile(members, p),
       top_k=s.top_k or None, top_p=s.top_p if s.top_p < 1.0 else None,
       eos_ids=s.eos_ids, pad_id=s.pad_id, record_topk=s.record_topk,
-      temperature_rule=temperature_rule))
+      temperature_rule=temperature_rule, slots=s.slots or None))
   verified, errors = _score(pipeline, examples, out, w)
   shaped, shape_errors = shaping_lib.shape_columns(
       pipeline.shapers, shape_states or {}, shaping_lib.RoundData(

@@ -63,7 +63,7 @@ prompts give the same completions.
 """
 
 import functools
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,7 @@ import numpy as np
 
 from grpo_jax.sampling import decoding
 from grpo_jax.sampling import draw
+from grpo_jax.sampling import engine
 from grpo_jax.sampling import entropy_norm
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax.runtime import sharding
@@ -134,6 +135,11 @@ class SampleOutput(NamedTuple):
   topk_logprobs: Optional[jnp.ndarray] = None
   temperatures: Optional[jnp.ndarray] = None
   base_entropies: Optional[jnp.ndarray] = None
+
+
+# The `SampleOutput` fields recorded only when asked for (None otherwise).
+OPTIONAL_FIELDS = ("topk_ids", "topk_logprobs", "temperatures",
+                   "base_entropies")
 
 
 class DecodeState(NamedTuple):
@@ -254,7 +260,8 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
            greedy: bool = False, eos_ids: Sequence[int], pad_id: int = 0,
            record_topk: int = 0,
            temperature_rule: Optional[entropy_norm.TemperatureRule] = None,
-           row_prompt=None) -> SampleOutput:
+           row_prompt=None, slots: Optional[int] = None,
+           logits_hook: Optional[Callable] = None) -> SampleOutput:
   """Samples G completions for each of P left-padded prompts.
 
   Row n draws ``y_t ~ q(. | prompt, y_<t)`` with ``q = softmax(z / tau_n)``,
@@ -300,6 +307,18 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
       different sizes (a budget strategy's ragged rows) still prefill each
       prompt once, and a row of -1 is padding: it ends before its first
       token (length 0, not truncated). Needs num_samples=1.
+    slots: None (default: every row decodes in one batch until the last
+      ends), or S < N: rows decode S at a time, a slot taking the next
+      pending row as soon as its row ends, inside one compiled loop
+      (`engine`): for long-tailed lengths, where a batch of N would run
+      most of its steps on rows that are done. The same tokens and
+      log-probs as without (each row draws from its own keys), up to the
+      rounding of a smaller batch.
+    logits_hook: None, or a function ``(logits [N', V] float32, rows [N']
+      int32, steps [N'] int32) -> logits`` applied before each draw (rows:
+      the output row of each logit row, steps: the index of the token
+      drawn), e.g. to ban ids or force an end; static: one compile per
+      function. The recorded log-probs are those of the changed logits.
 
   Returns:
     `SampleOutput` with N = P*G rows ordered ``p*G + g``.
@@ -329,7 +348,13 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
   else:
     temperature = np.ascontiguousarray(np.broadcast_to(
         np.asarray(temperature, np.float32), (num_rows,)))
-  return _sample(
+  if slots is not None and (isinstance(slots, bool) or not isinstance(
+      slots, (int, np.integer)) or slots < 1):
+    raise ValueError(f"slots must be an int >= 1 or None; got {slots!r}.")
+  decode = _sample
+  if slots is not None and slots < num_rows:
+    decode = functools.partial(_sample_in_slots, num_slots=int(slots))
+  return decode(
       params, jnp.asarray(prompt_tokens, jnp.int32),
       jnp.asarray(prompt_mask) > 0, key, temperature,
       config=config, num_samples=int(num_samples),
@@ -339,7 +364,12 @@ def sample(params, config, prompt_tokens, prompt_mask, key, *, num_samples=1,
       pad_id=int(pad_id), record_topk=int(record_topk),
       temperature_rule=temperature_rule,
       row_prompt=None if row_prompt is None else jnp.asarray(row_prompt,
-                                                             jnp.int32))
+                                                             jnp.int32),
+      logits_hook=logits_hook)
+
+
+def _sample_in_slots(*args, **kwargs) -> SampleOutput:
+  return SampleOutput(**engine.sample_slots(*args, **kwargs))
 
 
 def _check_rule(rule) -> entropy_norm.TemperatureRule:
@@ -361,11 +391,11 @@ def _check_rule(rule) -> entropy_norm.TemperatureRule:
 @functools.partial(
     jax.jit, static_argnames=("config", "num_samples", "max_new_tokens",
                               "top_k", "top_p", "greedy", "eos_ids", "pad_id",
-                              "record_topk"))
+                              "record_topk", "logits_hook"))
 def _sample(params, prompt_tokens, prompt_mask, key, temperature,
             temperature_rule=None, row_prompt=None, *, config, num_samples,
             max_new_tokens, top_k, top_p, greedy, eos_ids, pad_id,
-            record_topk=0):
+            record_topk=0, logits_hook=None):
   global _TRACE_COUNT
   _TRACE_COUNT += 1
   if lora.has_adapters(params):
@@ -411,43 +441,41 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
   row_slots = repeat(prompt_slots)  # [N, L]
   eos = jnp.asarray(eos_ids, jnp.int32)
 
+  keys = draw.row_keys(key, num_rows)
+  row_ids = jnp.arange(num_rows)
+
   def record(state, step, logits):
     """Draws the token of `step` from `logits` and writes it into the state."""
-    tau = temperature  # [N]; HAPO's rule gives each token its own
-    if temperature_rule is not None:
-      tau, base_entropy = draw.entropy_temperature(logits, temperature,
-                                                   temperature_rule)
-    tokens, logprobs, tempered, entropies = draw.next_token(
-        logits, jax.random.fold_in(key, step), tau, greedy=greedy,
-        top_k=top_k, top_p=top_p)
+    if logits_hook is not None:
+      logits = logits_hook(logits, row_ids, jnp.full((num_rows,), step))
+    drawn = draw.step(logits, draw.token_keys(keys, step), temperature,
+                      greedy=greedy, top_k=top_k, top_p=top_p,
+                      record_topk=record_topk,
+                      temperature_rule=temperature_rule)
     live = ~state.done
-    tokens = jnp.where(live, tokens, pad_id)
-    zero = jnp.zeros_like(logprobs)
-    write = lambda buffer, column: jax.lax.dynamic_update_slice(
-        buffer, column[:, None], (0, step))
+    tokens = jnp.where(live, drawn.tokens, pad_id)
     ended = (tokens[:, None] == eos[None, :]).any(-1) if eos_ids else False
-    if record_topk:  # DPPO's top-K forms; the same temperature as the draw
-      ids, topk = logprobs_lib.topk_logprobs(logits, tau, record_topk)
-      put = lambda buffer, x: jax.lax.dynamic_update_slice(
-          buffer, jnp.where(live[:, None], x, 0)[:, None].astype(
-              buffer.dtype), (0, step, 0))
-      state = state._replace(topk_ids=put(state.topk_ids, ids),
-                             topk_logprobs=put(state.topk_logprobs, topk))
-    if temperature_rule is not None:  # what the trainer scores it at
-      state = state._replace(
-          temperatures=write(state.temperatures, jnp.where(live, tau, 0.0)),
-          base_entropies=write(state.base_entropies,
-                               jnp.where(live, base_entropy, 0.0)))
+
+    def write(buffer, column):
+      """Column `step` of [N, T] or [N, T, K] `buffer`, 0 on ended rows."""
+      column = jnp.where(live.reshape((-1,) + (1,) * (column.ndim - 1)),
+                         column, 0).astype(buffer.dtype)
+      return jax.lax.dynamic_update_slice(
+          buffer, column[:, None], (0, step) + (0,) * (column.ndim - 1))
+
+    optional = {name: write(getattr(state, name), getattr(drawn, name))
+                for name in OPTIONAL_FIELDS if getattr(drawn, name) is not None}
     return state._replace(
         step=step + 1,
         last_tokens=tokens,
         done=state.done | (live & ended),
         lengths=state.lengths + live.astype(jnp.int32),
-        tokens=write(state.tokens, tokens),
-        logprobs=write(state.logprobs, jnp.where(live, logprobs, zero)),
+        tokens=jax.lax.dynamic_update_slice(state.tokens, tokens[:, None],
+                                            (0, step)),
+        logprobs=write(state.logprobs, drawn.logprobs),
         tempered_logprobs=write(state.tempered_logprobs,
-                                jnp.where(live, tempered, zero)),
-        entropies=write(state.entropies, jnp.where(live, entropies, zero)))
+                                drawn.tempered_logprobs),
+        entropies=write(state.entropies, drawn.entropies), **optional)
 
   def keep_going(state):
     return (state.step < max_new_tokens) & ~state.done.all()

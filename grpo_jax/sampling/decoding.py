@@ -76,6 +76,26 @@ def _rope_columns(x, cos, sin):
   return x * cos[None].astype(x.dtype) + rotated * sin[None].astype(x.dtype)
 
 
+def _write_cache(cache, key, value, cache_index):
+  """Writes each row's new key/value ([heads, hd, N]) into its cache (keys
+  [N, K, hd, L], values [N, K, L, hd]) at slot `cache_index`: one slot for
+  every row (a scalar), in place; or one per row ([N], the engine's slots,
+  each at its own position), scattered."""
+  cache_k, cache_v = cache
+  # [heads, hd, N] -> [N, heads, hd]: a key column / a value row per row.
+  columns = lambda y: jnp.transpose(y, (2, 0, 1)).astype(cache_k.dtype)
+  index = jnp.asarray(cache_index, jnp.int32)
+  if index.ndim:
+    rows = jnp.arange(index.shape[0])
+    return (cache_k.at[rows, :, :, index].set(columns(key)),
+            cache_v.at[rows, :, index, :].set(columns(value)))
+  zero = jnp.int32(0)
+  return (jax.lax.dynamic_update_slice(cache_k, columns(key)[..., None],
+                                       (zero, zero, zero, index)),
+          jax.lax.dynamic_update_slice(cache_v, columns(value)[:, :, None],
+                                       (zero, zero, index, zero)))
+
+
 # Jitted on its own so that the unrolled loop traces one layer, not 30: the
 # other calls hit jax's trace cache (the sampler traced in 0.34-0.38 s
 # instead of 0.48 s on SmolLM2); XLA inlines the calls, so the compiled
@@ -90,7 +110,8 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
     x: [D, N] residual stream.
     cache: (keys [N, K, hd, L], values [N, K, L, hd]), the layouts the
       attention's batched dots read without a transposing copy of the whole
-      cache each step; the new key/value goes to slot `cache_index`.
+      cache each step; the new key/value goes to slot `cache_index` (a
+      scalar, or [N]: one per row).
     cos, sin: [hd, N] rotary tables of each row's position.
     attention_mask: [N, L] bool.
 
@@ -126,17 +147,8 @@ def _decode_layer(config, w, x, cache, cos, sin, attention_mask, cache_index):
   with jax.named_scope("attn"):
     q, key, value = project("q", h_), project("k", k_), project("v", k_)
     q, key = _rope_columns(q, cos, sin), _rope_columns(key, cos, sin)
-    cache_k, cache_v = cache
-    zero, index = jnp.int32(0), jnp.asarray(cache_index, jnp.int32)
-    # [heads, hd, N] -> a key column [N, heads, hd, 1] and a value row
-    # [N, heads, 1, hd], written in place at slot `cache_index`.
-    columns = lambda y: jnp.transpose(y, (2, 0, 1)).astype(cache_k.dtype)
-    cache = sharding.constrain(
-        (jax.lax.dynamic_update_slice(cache_k, columns(key)[..., None],
-                                      (zero, zero, zero, index)),
-         jax.lax.dynamic_update_slice(cache_v, columns(value)[:, :, None],
-                                      (zero, zero, index, zero))),
-        sharding.DECODE_CACHE)
+    cache = sharding.constrain(_write_cache(cache, key, value, cache_index),
+                               sharding.DECODE_CACHE)
     keys, values = (c.astype(x.dtype) for c in cache)
     groups = h_ // k_
     # Rows lead in both dots, as in the cache: with the columns' [k, g, d,
@@ -178,7 +190,7 @@ def forward(params, layers, config, tokens, positions, attention_mask,
     positions: [N] int32.
     attention_mask: [N, L] bool.
     caches: tuple over layers of (k [N, K, hd, L], v [N, K, L, hd]).
-    cache_index: int32 scalar, the slot written.
+    cache_index: int32, the slot written: a scalar, or [N] one per row.
 
   Returns:
     (hidden [D, N], feature-major as `decode_logits` reads it; new caches).

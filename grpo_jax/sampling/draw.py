@@ -6,8 +6,15 @@ distribution sampled from and under the plain tempered one, and the row's
 entropy (see `sampling`'s docstring for the two log-probs). `categorical`
 is the plain draw: inverse-CDF sampling with one uniform per row, and
 `argmax` the greedy one; both walk the vocabulary in blocks.
-`entropy_temperature` is HAPO's per-token temperature.
+`entropy_temperature` is HAPO's per-token temperature, and `step` all that
+one decode step records.
+
+Randomness is per row: token t of row n is drawn with
+``row_keys(key, N)[n]`` folded with t (`token_keys`), so a row's tokens do
+not depend on which other rows share its batch or its slot (`engine`).
 """
+
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +34,49 @@ def entropy_temperature(logits, temperature, rule):
           entropy)
 
 
+def row_keys(key, num_rows: int):
+  """[N] keys, one per output row: ``fold_in(key, n)``."""
+  return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(num_rows))
+
+
+def token_keys(keys, steps):
+  """The keys of each row's token `steps` ([N] or a scalar): [N] keys."""
+  steps = jnp.broadcast_to(jnp.asarray(steps, jnp.uint32), keys.shape[:1])
+  return jax.vmap(jax.random.fold_in)(keys, steps)
+
+
+class StepValues(NamedTuple):
+  """What one decode step records for each of its N rows ([N] or [N, K])."""
+  tokens: jnp.ndarray
+  logprobs: jnp.ndarray
+  tempered_logprobs: jnp.ndarray
+  entropies: jnp.ndarray
+  topk_ids: Optional[jnp.ndarray] = None
+  topk_logprobs: Optional[jnp.ndarray] = None
+  temperatures: Optional[jnp.ndarray] = None
+  base_entropies: Optional[jnp.ndarray] = None
+
+
+def step(logits, keys, temperature, *, greedy, top_k, top_p, record_topk=0,
+         temperature_rule=None) -> StepValues:
+  """`next_token` plus what `sampling.sample` records beside it: the top-K
+  ids and log-probs (``record_topk`` K > 0) and, with HAPO's
+  ``temperature_rule``, each token's temperature and the entropy at its
+  row's own one; the optional fields are None when not asked for."""
+  tau, base_entropies = temperature, None
+  if temperature_rule is not None:
+    tau, base_entropies = entropy_temperature(logits, temperature,
+                                              temperature_rule)
+  values = StepValues(*next_token(logits, keys, tau, greedy=greedy,
+                                  top_k=top_k, top_p=top_p))
+  if record_topk:  # DPPO's top-K forms; the same temperature as the draw
+    ids, topk = logprobs_lib.topk_logprobs(logits, tau, record_topk)
+    values = values._replace(topk_ids=ids, topk_logprobs=topk)
+  if temperature_rule is not None:
+    values = values._replace(temperatures=tau, base_entropies=base_entropies)
+  return values
+
+
 def _softmax_parts(scaled):
   """(shifted = z - max z, log sum exp(shifted), entropy) of [N, V] logits
   `scaled`, without materialising the normalised [N, V] distribution."""
@@ -42,7 +92,8 @@ def next_token(logits, key, temperature, *, greedy, top_k, top_p):
 
   Args:
     logits: [N, V] float32.
-    key: this step's PRNG key.
+    key: the PRNG key of this step, or [N] keys, one per row
+      (`token_keys`).
     temperature: [N] float32 row temperatures; 0 marks a greedy row.
     greedy: static; every row greedy (no random draw).
     top_k, top_p: static truncation, see `sampling.sample`.
@@ -88,13 +139,19 @@ def categorical(key, logits, *, block: int = 256):
   variates per row (at 8 and 32 rows of SmolLM2's 49152 logits: 0.6 and 1.3
   ms against 7.7 and 35 ms). Ids of probability 0 (``-inf`` logits) are never
   drawn, even where float rounding leaves u past the last cumulative sum.
+  `key` is one key, or [N] keys (one uniform from each row's own).
   """
   n = logits.shape[0]
   weights = _blocks(jnp.exp(logits - logits.max(axis=-1, keepdims=True)),
                     block, 0.0)
   block_mass = weights.sum(axis=-1)  # [N, blocks]
   block_cum = jnp.cumsum(block_mass, axis=-1)
-  u = (1.0 - jax.random.uniform(key, (n,))) * block_cum[:, -1]
+  typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+  if key.ndim > (0 if typed else 1):  # a key per row (raw keys are [2])
+    u = jax.vmap(jax.random.uniform)(key)
+  else:
+    u = jax.random.uniform(key, (n,))
+  u = (1.0 - u) * block_cum[:, -1]
 
   def first_reaching(cumulative, mass, target):
     """The first index of positive mass whose cumulative sum reaches
