@@ -343,6 +343,22 @@ def test_sampled_decoding_matches_single_device():
   assert_tree_close(got.logprobs, expected.logprobs)
 
 
+def test_slots_under_a_mesh_match_single_device():
+  """The engine (4 slots for 8 rows) under a (2, 2, 2) mesh: its slots and
+  their caches split over the rows' axes and heads; the same tokens and
+  log-probs as one device decoding all rows at once."""
+  kwargs = dict(SAMPLE_KWARGS, greedy=False, temperature=0.8, eos_ids=(9,))
+  key = jax.random.PRNGKey(3)
+  expected = sampling.sample(params(), CONFIG, *PROMPTS, key, **kwargs)
+  m = mesh((2, 2, 2))
+  with jax.set_mesh(m):
+    got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
+                          *PROMPTS, key, slots=4, **kwargs)
+  np.testing.assert_array_equal(np.asarray(got.tokens),
+                                np.asarray(expected.tokens))
+  assert_tree_close(got.tempered_logprobs, expected.tempered_logprobs)
+
+
 def test_grouped_query_attention_update_matches_single_device():
   """4 KV heads for 8 query heads, split over tensor=2: loss and params."""
   config = testing.tiny_config(num_heads=8, num_kv_heads=4, head_dim=8,

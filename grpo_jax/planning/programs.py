@@ -439,7 +439,9 @@ def update_program(config, training: Training, inputs: Inputs,
 def sample_program(config, training: Training, inputs: Inputs,
                    shapes: StepShapes, resident, *, mesh) -> Program:
   """`sampling.sample` of P prompts x G completions: the prefill, then the
-  decode loop (T - 1 steps after the prefill's token)."""
+  decode loop (T - 1 steps after the prefill's token), in
+  ``rollout.slots`` slots where set (the memory is the compiled program's;
+  the FLOPs count every row at full length, an upper bound)."""
   r, s, cfg = config.rollout, shapes, training.model_config
 
   def sample_fn(params, prompt_tokens, prompt_mask, key):
@@ -447,7 +449,8 @@ def sample_program(config, training: Training, inputs: Inputs,
         params, cfg, prompt_tokens, prompt_mask, key,
         num_samples=s.generations, max_new_tokens=s.new_tokens,
         temperature=r.temperature, top_k=r.top_k or None,
-        top_p=r.top_p if r.top_p < 1.0 else None, eos_ids=(0,), pad_id=0)
+        top_p=r.top_p if r.top_p < 1.0 else None, eos_ids=(0,), pad_id=0,
+        slots=r.get("slots", 0) or None)
   prompts = (s.prompts, s.prompt_length)
   args = (inputs.policy,
           jax.ShapeDtypeStruct(prompts, jnp.int32, sharding=inputs.whole),
