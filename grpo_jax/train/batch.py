@@ -17,6 +17,7 @@ import numpy as np
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax.runtime import sharding
+from grpo_jax.train import packing as packing_lib
 
 
 class Batch(NamedTuple):
@@ -53,6 +54,9 @@ class Batch(NamedTuple):
       when the step replays nothing. With a replay coefficient
       (`update.make_loss_functions`) the loss aggregates the two parts
       separately and the regularisers read only the fresh rows.
+    packing: None, or a `packing.Plan` of the rows: the update's forward
+      then runs on the packed sequences (``train.pack_rows``; attached per
+      minibatch by `packing.with_plans`).
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
@@ -66,6 +70,7 @@ class Batch(NamedTuple):
   sampler_topk_logp: Optional[jnp.ndarray] = None
   entropy_hat: Optional[jnp.ndarray] = None
   replayed: Optional[jnp.ndarray] = None
+  packing: Optional[packing_lib.Plan] = None
 
 
 def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
