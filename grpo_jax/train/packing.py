@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import logprobs as logprobs_lib
+from grpo_jax.config import errors as config_errors
 from grpo_jax import models
 
 
@@ -287,6 +288,18 @@ def with_plans(update_fn, *, group_size: int = 1, microbatch_size: int = 0):
     return update_fn(state, attach(batch, group_size=group_size,
                                    microbatch_size=microbatch_size), *rest)
   return planned_update_fn
+
+
+def check_mesh(mesh) -> None:
+  """A config error unless `mesh` keeps the rows on one device: a plan
+  packs the rows of the whole batch ('data' x 'fsdp' = 1)."""
+  shards = math.prod(mesh.shape.get(axis, 1) for axis in ("data", "fsdp"))
+  if shards != 1:
+    config_errors.fail(
+        "train.pack_rows", f"packs one device's rows, but the mesh splits "
+        f"rows over 'data' x 'fsdp' ({shards} shards)",
+        "set --config.mesh.shape=(1,1,1) (one device's rows) or "
+        "train.pack_rows=False")
 
 
 def packed_fraction(packing: Optional[Plan], length: int) -> float:
