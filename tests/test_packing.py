@@ -2,6 +2,8 @@
 to the padded pass's, rows that never see each other, and gradients equal
 to the padded update's for every objective and aggregation."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -346,3 +348,86 @@ def test_packed_gradient_equals_padded_fast_subset(small, name):
   """A sequence-level ratio and the top-K read, microbatched (the sweep
   over every objective is marked slow)."""
   check_packed_gradient(small, objectives.make(name), 2)
+
+
+# ------------------------------------------------------------ the trainer
+
+
+def test_a_packed_run_takes_the_padded_runs_steps(monkeypatch):
+  """``train.pack_rows`` through `train.build` and two `train_step`s, off
+  policy (two minibatches: an old log-prob pass) with a reference (KL):
+  the same rollouts and, up to rounding, the same params, every pass
+  planned on the host."""
+  from configs import grpo as grpo_config  # pylint: disable=g-import-not-at-top
+  plans = []
+  plan = packing.plan
+  monkeypatch.setattr(packing, "plan", lambda *a, **k: plans.append(1) or
+                      plan(*a, **k))
+  steps = []
+  for pack in (False, True):
+    config = grpo_config.get_config("tiny")
+    config.mesh.shape = (1, 1, 1)
+    config.train.pack_rows = pack
+    config.train.num_minibatches = 2
+    config.kl.beta = 0.05
+    config.entropy.coef = 0.01  # a gradient whatever the tiny rewards
+    run = train.build(config)
+    state = run.state
+    for step in range(2):  # step 0's learning rate is warm-up's 0
+      state, measurements = train.train_step(run, state, step)
+    steps.append((jax.device_get(state.params), measurements))
+  (padded, padded_m), (packed, packed_m) = steps
+  # Per step: the old and reference passes, and two minibatches' updates.
+  assert len(plans) == 2 * (2 + 2)
+  assert packed_m["skipped_updates"] == padded_m["skipped_updates"] == 0.0
+  assert packed_m["reward/total"] == padded_m["reward/total"]
+  # (Adam's first steps scale each gradient entry to about the learning
+  # rate, so rounding in a tiny entry shows at 1e-6.)
+  testing.assert_close(packed, padded, rtol=1e-4, atol=2e-6)
+  for name in ("loss", "kl", "entropy"):
+    testing.assert_close(packed_m[name], padded_m[name], rtol=1e-4,
+                         atol=1e-6)
+
+
+def test_a_packed_run_refuses_a_mesh_that_splits_rows():
+  from configs import grpo as grpo_config  # pylint: disable=g-import-not-at-top
+  config = grpo_config.get_config("tiny")
+  config.mesh.shape = (1, 2, 1)
+  config.train.pack_rows = True
+  with pytest.raises(ValueError, match="config.train.pack_rows"):
+    train.build(config)
+
+
+# ------------------------------------------------------------ benchmark
+
+
+def test_benchmark_draws_the_long_tail_it_names():
+  from experiments.benchmarks import packing as bench  # pylint: disable=g-import-not-at-top
+  args = bench.parse_args([])
+  lengths = bench.completion_lengths(
+      bench.parse_args(["--lengths", "long_tailed"]))
+  assert lengths.shape == (64,)
+  assert (lengths == 512).sum() == 6  # 10% of 64, rounded
+  short = lengths[lengths < 512]
+  assert short.min() >= 1 and short.max() <= 64
+  np.testing.assert_array_equal(lengths, bench.completion_lengths(args))
+  with pytest.raises(SystemExit):
+    bench.parse_args(["--lengths", "ragged"])
+
+
+def test_benchmark_runs_at_tiny_size(tmp_path):
+  """Both workloads run, the packed gradient agrees, and only the
+  long-tailed batch packs into fewer sequences than rows."""
+  from experiments.benchmarks import packing as bench  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "packing.json"
+  rows = bench.main([
+      "--model", "tiny", "--prompts", "2", "--group", "4", "--prompt_len",
+      "4", "--max_new_tokens", "24", "--short", "4", "--long_share", "0.25",
+      "--repeats", "1", "--json", str(path)])
+  by_name = {r["lengths"]: r for r in rows}
+  assert by_name["long_tailed"]["packed_sequences"] < 8
+  assert by_name["fixed"]["packed_sequences"] == 8
+  for r in rows:
+    assert r["gradient_rel_diff"] < 1e-5
+    assert r["padded_s"] > 0 and r["packed_s"] > 0
+  assert json.loads(path.read_text())["rows"][0]["lengths"] == "long_tailed"

@@ -27,7 +27,6 @@ same [N, T] arrays as before. Padding columns hold 0.
 import math
 from typing import NamedTuple, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
