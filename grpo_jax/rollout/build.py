@@ -162,5 +162,6 @@ def from_config(config, model_config, tokenizer, components=None):
           temperature=row_temperatures, chunk_size=config.train.chunk_size,
           logprob_batch_size=config.train.logprob_batch_size,
           beta=float(config.kl.beta),
-          on_policy=rollout_lib.is_on_policy(config)))
+          on_policy=rollout_lib.is_on_policy(config),
+          pack_rows=bool(config.train.get("pack_rows", False))))
   return functools.partial(rollout_lib.generate, pipeline=pipeline)

@@ -44,6 +44,7 @@ from grpo_jax.runtime import metrics as metrics_lib
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.train import optim
+from grpo_jax.train import packing
 from grpo_jax.train import resume
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
@@ -250,6 +251,8 @@ def build_validated(config) -> Run:
   even after the hub's branch moves on.
   """
   config_lib.check_files(config)
+  if config.train.get("pack_rows", False):  # before loading: one device's rows
+    packing.check_mesh(sharding.mesh_from_config(config.mesh))
   enable_compilation_cache(config.train.compilation_cache_dir)
   if config.rewards.workers:  # their start overlaps loading and compiling
     reward_workers.start(config.rewards.workers)
@@ -285,6 +288,10 @@ def build_validated(config) -> Run:
       group_size=update_group_size(config, components),
       replay_coef=repo_rollout.replay_coef(config), jit=False)
   update_fn = sharding.jit_sharded(update_fn, state, mesh, frozen=frozen)
+  if config.train.get("pack_rows", False):  # each minibatch's plan, on host
+    update_fn = packing.with_plans(
+        update_fn, group_size=update_group_size(config, components),
+        microbatch_size=config.train.microbatch_size)
   rollout_fn = rollout_build.from_config(
       config, model_config, tokenizer,
       {name: components[name] for name in rollout_lib.STAGES})

@@ -17,6 +17,7 @@ import numpy as np
 from grpo_jax import logprobs as logprobs_lib
 from grpo_jax import models
 from grpo_jax.runtime import sharding
+from grpo_jax.train import packing as packing_lib
 
 
 class Batch(NamedTuple):
@@ -53,6 +54,9 @@ class Batch(NamedTuple):
       when the step replays nothing. With a replay coefficient
       (`update.make_loss_functions`) the loss aggregates the two parts
       separately and the regularisers read only the fresh rows.
+    packing: None, or a `packing.Plan` of the rows: the update's forward
+      then runs on the packed sequences (``train.pack_rows``; attached per
+      minibatch by `packing.with_plans`).
   """
   tokens: jnp.ndarray
   input_mask: jnp.ndarray
@@ -66,6 +70,7 @@ class Batch(NamedTuple):
   sampler_topk_logp: Optional[jnp.ndarray] = None
   entropy_hat: Optional[jnp.ndarray] = None
   replayed: Optional[jnp.ndarray] = None
+  packing: Optional[packing_lib.Plan] = None
 
 
 def completion_hidden(params, config: models.ModelConfig, tokens, input_mask,
@@ -168,12 +173,23 @@ def _jitted_logprobs(params, tokens, input_mask, temperature, *, config,
                          group_size=group_size)
 
 
+@functools.partial(jax.jit, static_argnames=(
+    "config", "completion_start", "chunk_size"))
+def _jitted_packed_logprobs(params, tokens, input_mask, temperature, packing,
+                            *, config, completion_start, chunk_size):
+  return packing_lib.packed_logprobs(
+      params, config, tokens, input_mask, completion_start, packing,
+      temperature=temperature, chunk_size=chunk_size)
+
+
 def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
                      temperature, chunk_size, batch_size=0, group_size=1,
-                     with_entropy=False):
+                     with_entropy=False, pack_rows=False):
   """`policy_logprobs` over rows in slices of `batch_size` (0: all), no grad;
   `temperature` is [N] per row (traced: new values never recompile); rows
   in blocks of `group_size` share their prompt (see `completion_hidden`).
+  With `pack_rows` each slice runs on its real tokens alone
+  (`packing.packed_logprobs`; 0 on padding columns).
 
   Returns logp [N, T] float32, or (logp, entropy) with `with_entropy`.
   """
@@ -183,12 +199,23 @@ def batched_logprobs(params, config, tokens, input_mask, completion_start, *,
   # within one group.
   group_size = math.gcd(size, group_size)
   temperature = _row_or_token_temperatures(temperature, rows)
-  pieces = [
-      _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
-                       temperature[i:i + size], config=config,
-                       completion_start=completion_start,
-                       chunk_size=chunk_size, group_size=group_size)
-      for i in range(0, rows, size)]
+  if pack_rows:
+    plan = packing_lib.plan(np.asarray(input_mask), completion_start,
+                            group_size=group_size, microbatch_size=size)
+    pieces = [
+        _jitted_packed_logprobs(
+            params, tokens[i:i + size], input_mask[i:i + size],
+            temperature[i:i + size],
+            jax.tree.map(lambda x, i=i: x[i:i + size], plan), config=config,
+            completion_start=completion_start, chunk_size=chunk_size)
+        for i in range(0, rows, size)]
+  else:
+    pieces = [
+        _jitted_logprobs(params, tokens[i:i + size], input_mask[i:i + size],
+                         temperature[i:i + size], config=config,
+                         completion_start=completion_start,
+                         chunk_size=chunk_size, group_size=group_size)
+        for i in range(0, rows, size)]
   logp = jnp.concatenate([piece[0] for piece in pieces], axis=0)
   if not with_entropy:
     return logp
@@ -218,7 +245,8 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
                    logprob_batch_size: int = 0, beta: float = 0.0,
                    sampler_logp=None, on_policy: bool = False,
                    sampler_topk_ids=None, sampler_topk_logp=None,
-                   entropy_hat=None, replayed=None) -> Batch:
+                   entropy_hat=None, replayed=None,
+                   pack_rows: bool = False) -> Batch:
   """Concatenates prompts and completions and adds old (and ref) log-probs.
 
   On policy (see `Batch`) the old log-prob pass is skipped and ``old_logp``
@@ -241,6 +269,8 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
       ids and log-probs, or None (not recorded).
     entropy_hat: [N, T] HAPO's normalised entropies, or None.
     replayed: [N] 1 on rows replayed from earlier steps, or None.
+    pack_rows: the old and reference passes run on the real tokens alone
+      (`batched_logprobs`; ``train.pack_rows``).
   """
   prompt_tokens = np.asarray(prompt_tokens)
   completion_tokens = np.asarray(completion_tokens)
@@ -258,7 +288,8 @@ def assemble_batch(params, ref_params, prompt_tokens, prompt_mask,
        np.asarray(completion_mask, np.float32)], axis=1))
   temperature = _row_or_token_temperatures(temperature, n)
   logprob_kwargs = dict(temperature=temperature, chunk_size=chunk_size,
-                        batch_size=logprob_batch_size, group_size=g)
+                        batch_size=logprob_batch_size, group_size=g,
+                        pack_rows=pack_rows)
   old_logp = None
   if not on_policy:
     old_logp = batched_logprobs(params, model_config, tokens, input_mask, sp,

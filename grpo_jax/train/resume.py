@@ -26,7 +26,7 @@ from grpo_jax.runtime import checkpoint as checkpoint_lib
 RESUMABLE = (
     "train.num_steps", "train.allow_config_change",
     "train.compilation_cache_dir", "train.microbatch_size",
-    "train.logprob_batch_size", "train.chunk_size",
+    "train.logprob_batch_size", "train.chunk_size", "train.pack_rows",
     "train.max_nonfinite_updates", "rewards.max_failing_steps",
     "rewards.workers", "rewards.timeout_s", "rewards.deadline_s",
     "checkpoint", "eval", "metrics", "mesh", "model.remat",

@@ -26,6 +26,7 @@ from grpo_jax import measures
 from grpo_jax import models
 from grpo_jax import objectives
 from grpo_jax.train import optim
+from grpo_jax.train import packing as packing_lib
 from grpo_jax.models import lora
 from grpo_jax.objectives import corrections as corrections_lib
 from grpo_jax.objectives import regularisers as regularisers_lib
@@ -169,6 +170,15 @@ def make_loss_functions(*, model_config: models.ModelConfig,
           f"objective {objective.name!r} reads the policy's log-probs at "
           "the sampler's top-K ids, but the batch has no sampler_topk_ids; "
           "set config.rollout.record_topk = K > 0.")
+    topk_ids = micro.sampler_topk_ids if wants_topk else None
+    if getattr(micro, "packing", None) is not None:
+      # The rows' real tokens in packed sequences (`packing.plan`).
+      out = packing_lib.packed_logprobs(
+          params, model_config, micro.tokens, micro.input_mask,
+          columns - micro.completion_mask.shape[1], micro.packing,
+          temperature=micro.temperature, chunk_size=chunk_size,
+          topk_ids=topk_ids)
+      return out if wants_topk else (*out, None)
     # Microbatches start at multiples of their size, so blocks of
     # gcd(rows, G) rows lie within one group.
     out = batch_lib.policy_logprobs(
@@ -176,7 +186,7 @@ def make_loss_functions(*, model_config: models.ModelConfig,
         columns - micro.completion_mask.shape[1],
         temperature=micro.temperature, chunk_size=chunk_size,
         group_size=math.gcd(rows, group_size),
-        topk_ids=micro.sampler_topk_ids if wants_topk else None)
+        topk_ids=topk_ids)
     return out if wants_topk else (*out, None)
 
   def behaviour(micro, logp):
