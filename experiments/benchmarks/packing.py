@@ -159,7 +159,9 @@ def parse_args(argv=None):
   parser.add_argument("--long_share", type=float, default=0.1)
   parser.add_argument("--lengths", default="long_tailed,fixed",
                       help=f"comma-separated, of {', '.join(LENGTHS)}")
-  parser.add_argument("--microbatch_size", type=int, default=0)
+  parser.add_argument("--microbatch_size", type=int, default=8,
+                      help="rows per microbatch (SmolLM2's padded update "
+                      "of 64 rows x 544 columns at once needs ~60 GB)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--runs", type=int, default=1)
