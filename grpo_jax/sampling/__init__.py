@@ -14,6 +14,10 @@ prompts of a bucket. `sample` runs:
    computes the logits of that single position, and draws the next token. It
    stops when every row has produced an end-of-sequence id or after ``T`` tokens.
 
+With ``slots=S`` (fewer than the N rows) the rows decode S at a time
+instead, each slot taking the next row as soon as its own ends
+(`engine`): the same rows, for long-tailed lengths.
+
 The prefill and the decode step are `decoding.prefill` and
 `decoding.forward` (the same blocks as `models.forward`, laid out for one
 token per row); the draw is `draw.next_token`.
@@ -59,7 +63,9 @@ on one device.
 
 Randomness: the caller passes the key. A trainer must pass a fresh key per
 rollout, e.g. ``jax.random.fold_in(key, step)``; the same key and the same
-prompts give the same completions.
+prompts give the same completions. Row n draws its token t from its own key
+(`draw.token_keys`), so its tokens do not depend on the other rows, on
+the slots, or on how the rows are split over devices.
 """
 
 import functools

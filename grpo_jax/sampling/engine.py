@@ -88,8 +88,8 @@ def _copy_prompts(cache, prompt_cache, slots, prompts):
 
 
 def _scatter(buffer, rows, steps, values, live):
-  """``buffer[rows[s], steps[s]] = values[s]`` for live slots; 0 written
-  where a slot is not live is dropped (its row index is out of range)."""
+  """``buffer[rows[s], steps[s]] = values[s]`` for the live slots only (an
+  idle slot's row index is sent out of range, where the write drops)."""
   rows = jnp.where(live, rows, buffer.shape[0])
   return buffer.at[rows, steps].set(values.astype(buffer.dtype), mode="drop")
 
