@@ -541,7 +541,9 @@ class TunixTokenizer:
   vocabulary (`pad_id`), which no completion token can equal: Tunix treats
   every token equal to its pad id as padding (completion mask, attention),
   and SmolLM2's own pad id <|im_end|> is in every prompt. The pad rows'
-  embedding lookups clamp to a real row; they are masked out."""
+  embedding lookups clamp to a real row; they are masked out. (With
+  ``--workload long_tail`` completions end early and get padded: the pad
+  id is then an end id the workload bans, see `run_tunix`.)"""
 
   def __init__(self, tokenizer, pad_id):
     self.tokenizer, self._pad_id = tokenizer, int(pad_id)
@@ -651,12 +653,7 @@ def run_tunix(args, num_prompts):
   assert model_config.dtype == "float32", model_config.dtype
   sampler_bench.patch_tunix_rope(model_config.rope_theta)
   model = sampler_bench.tunix_model(model_config, params)
-  tokenizer = TunixTokenizer(hf_tokenizer, pad_id=model_config.vocab_size)
-  batches = tunix_batches(config, hf_tokenizer, args.steps + 1)
-  width = prompt_width(config, [len(tokenizer.encode(p))
-                                for b in batches for p in b["prompts"]])
-  r = config.rollout
-  eos_tokens = [tokenizer.eos_id()]
+  pad_id, eos_tokens = model_config.vocab_size, [-1]
   if args.workload == "long_tail":
     workload = long_tail.make_workload(
         num_prompts * NUM_GENERATIONS, args.max_new_tokens,
@@ -664,6 +661,20 @@ def run_tunix(args, num_prompts):
     long_tail.patch_tunix_sampler(workload.hook,
                                   num_prompts * NUM_GENERATIONS)
     eos_tokens = [workload.end_id]
+    # Completions now end early and Tunix pads them with its pad id, which
+    # its log-prob gather then reads: an id past the vocabulary gathers NaN
+    # (and NaN times a 0 mask is NaN). An end id the hook bans everywhere
+    # is never sampled; it must not be in a prompt either (checked below).
+    pad_id = min(set(workload.banned_ids) - {workload.end_id},
+                 default=model_config.vocab_size)
+  tokenizer = TunixTokenizer(hf_tokenizer, pad_id=pad_id)
+  batches = tunix_batches(config, hf_tokenizer, args.steps + 1)
+  encoded = [tokenizer.encode(p) for b in batches for p in b["prompts"]]
+  if any(pad_id in ids for ids in encoded):
+    raise AssertionError(f"Tunix's pad id {pad_id} is in a prompt: Tunix "
+                         "would mask it out")
+  width = prompt_width(config, [len(ids) for ids in encoded])
+  r = config.rollout
   # Every role on one mesh of one device: the rollout shares the actor's
   # weights (no weight sync); a reference model only when beta > 0.
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1),
@@ -691,7 +702,7 @@ def run_tunix(args, num_prompts):
               # 1 with no top-k samples the full distribution (no sort), as
               # TRL's top_p=1.0, top_k=0.
               temperature=r.temperature, top_p=1.0, top_k=None,
-              eos_tokens=eos_tokens)))
+              eos_tokens=eos_tokens)))  # -1 (never sampled) if fixed
   learner = grpo_learner.GRPOLearner(
       rl_cluster=cluster,
       algo_config=grpo_learner.GRPOConfig(
