@@ -576,7 +576,7 @@ def setup_line(results, limits, repeats, load_before,
       f"{os.getloadavg()[0]:.2f} after", machine.describe(limits),
       f"{ours['weights'] / 1e6:.0f} M weights, "
       f"{ours['weight_bytes'] / 1e6:.0f} MB read per decode step",
-      f"{new_tokens} new tokens at most, temperature 1, best of {repeats}",
+      f"{new_tokens} new tokens, temperature 1, best of {repeats}",
       f"every worker: {ours['malloc']}"]
   parts += [f"{LABELS[f]} {r['version']}" for f, r in results.items()]
   if "tunix" in results:
