@@ -718,3 +718,242 @@ def test_accelerator_model_is_the_embedded_models_shape():
                                   "float32") == config.replace(
                                       rms_norm_eps=1e-5)
   assert config.rms_norm_eps == pytest.approx(1e-5)
+
+
+# ----------------------------------------------------- long-tailed workload
+
+from experiments.benchmarks import long_tail  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def test_long_tail_draws_one_tenth_at_the_limit_the_rest_short():
+  lengths = long_tail.draw_lengths(64, 512)
+  assert lengths.shape == (64,) and lengths.dtype == np.int32
+  # round(6.4) rows at the limit, the others in [1, 64].
+  assert (lengths == 512).sum() == 6
+  short = lengths[lengths != 512]
+  assert short.min() >= 1 and short.max() <= 64
+  assert len(set(short.tolist())) > 20  # spread, not one value
+  # The same draws every time (every side, every step); a seed changes them.
+  np.testing.assert_array_equal(lengths, long_tail.draw_lengths(64, 512))
+  assert not np.array_equal(lengths, long_tail.draw_lengths(64, 512, seed=1))
+  # Few rows still get one long row; short rows stay under a small limit.
+  tiny = long_tail.draw_lengths(4, 16)
+  assert (tiny == 16).sum() == 1 and tiny.min() >= 1
+  with pytest.raises(ValueError, match="rows and tokens"):
+    long_tail.draw_lengths(0, 16)
+
+
+def test_end_steps_leave_the_limit_rows_without_an_end():
+  np.testing.assert_array_equal(
+      long_tail.end_steps([1, 5, 8, 3], 8), [0, 4, 8, 2])
+
+
+def test_lengths_read_back_from_each_sides_output():
+  # transformers: up to and with the first end id (2 or 0), else all T.
+  ids = [[7, 7, 2, 0], [7, 7, 7, 7], [0, 2, 2, 2]]
+  np.testing.assert_array_equal(long_tail.hf_lengths(ids, (0, 2), 4),
+                                [3, 4, 1])
+  # Tunix returns completions cut before the end id.
+  tokens = [[7, 7], [7, 7, 7, 7], []]
+  np.testing.assert_array_equal(long_tail.tunix_lengths(tokens, 4),
+                                [3, 4, 1])
+  assert long_tail.useful_tokens([3, 4, 1]) == 8
+
+
+def test_check_lengths_names_the_side_and_rows():
+  long_tail.check_lengths("x", np.array([3, 4]), np.array([3, 4]))
+  with pytest.raises(AssertionError, match=r"TRL: .*rows \[1\]"):
+    long_tail.check_lengths("TRL", [3, 5], [3, 4])
+  with pytest.raises(AssertionError, match="rows all"):
+    long_tail.check_lengths("Tunix", [3], [3, 4])
+
+
+@pytest.mark.parametrize("slots", [None, 3])
+def test_jax_hook_makes_the_sampler_draw_the_lengths(slots):
+  """On a tiny model whose rows would end at other steps, the hook gives
+  every row its drawn length, in a batch and in slots, the end id at its
+  last token and no end id before."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import sampling, testing  # pylint: disable=g-import-not-at-top
+  config, params = testing.peaked_tiny_model(3.0)
+  t, end_id, banned = 12, 5, (5, 6, 7)
+  workload = long_tail.make_workload(8, t, end_id, banned, seed=3)
+  assert sorted(set(workload.lengths.tolist())) != [t]
+  tokens, mask = sampling.pad_prompts([[1, 2, 3], [4]], buckets=(4,))
+  out = jax.device_get(sampling.sample(
+      params, config, tokens, mask, jax.random.key(0), num_samples=4,
+      max_new_tokens=t, eos_ids=(end_id,), slots=slots,
+      logits_hook=workload.hook))
+  np.testing.assert_array_equal(out.lengths, workload.lengths)
+  for row, length in enumerate(workload.lengths):
+    drawn = out.tokens[row, :length]
+    assert not np.isin(drawn[:-1], banned).any()
+    assert (drawn[-1] == end_id) == (length < t)
+  assert np.isfinite(out.logprobs).all() and np.isfinite(out.entropies).all()
+
+
+def test_hf_processor_makes_generate_draw_the_lengths():
+  """transformers' generate on a tiny random Llama, the processor passed
+  as TRL's GRPOTrainer gets it (the model's generate wrapped)."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  torch.manual_seed(0)
+  model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+      vocab_size=64, hidden_size=32, intermediate_size=64,
+      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+  t, end_id, banned = 10, 3, (3, 4)
+  workload = long_tail.make_workload(6, t, end_id, banned, seed=1)
+  processor = long_tail.hf_processor(workload.lengths, t, end_id, banned)
+  calls = long_tail.hf_generate_with(model, processor)
+  input_ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+  out = model.generate(input_ids=input_ids, max_new_tokens=t,
+                       do_sample=True, top_k=0, eos_token_id=end_id,
+                       pad_token_id=0, num_return_sequences=3)
+  # generate got the 2 prompts (TRL passes its P x G rows as they are).
+  assert calls == [2] and processor.calls > 0
+  np.testing.assert_array_equal(
+      long_tail.hf_lengths(out[:, 3:], (end_id,), t), workload.lengths)
+  with pytest.raises(ValueError, match="the draws are for 6"):
+    model.generate(input_ids=input_ids[:1], max_new_tokens=t,
+                   do_sample=True, eos_token_id=end_id, pad_token_id=0)
+
+
+def _long_tail_results():
+  lengths = {"2x2": [3, 1, 8, 2]}
+  return dict(
+      grpo_jax=dict(tokens_per_s={"2x2": 10.0}, lengths=lengths,
+                    slots_tokens_per_s={"2x2": {"2": 30.0, "3": 20.0}}),
+      hf=dict(tokens_per_s={"2x2": 5.0}), tunix=dict(
+          tokens_per_s={"2x2": 60.0}))
+
+
+def test_sampler_long_tail_rows_take_the_best_slot_count():
+  (row,) = sampler_bench.make_long_tail_rows(_long_tail_results(), ["2x2"])
+  assert (row["rows"], row["long_rows"], row["useful_tokens"]) == (4, 1, 14)
+  assert row["best_slots"] == "2" and row["best_tokens_per_s"] == 30.0
+  assert (row["ratio_vs_static"], row["ratio_vs_hf"],
+          row["ratio_vs_tunix"]) == (3.0, 6.0, 0.5)
+  lines = sampler_bench.long_tail_table(
+      [row], ["grpo_jax", "hf", "tunix"]).splitlines()
+  assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+  assert lines[2] == ("| 2x2 (4, 1) | 14 | 10.0 | 30.0 | 20.0 | 5.0 | 60.0 "
+                      "| 3.00x | 6.00x | 0.50x |")
+
+
+def test_sampler_long_tail_defaults():
+  args = sampler_bench.parse_args(["--workload", "long_tail"])
+  assert (args.batches, args.max_new_tokens, args.slots) == (
+      ["8x8"], 512, [8, 16, 32])
+  fixed = sampler_bench.parse_args([])
+  assert (fixed.batches, fixed.max_new_tokens) == (
+      ["1", "8", "32", "8x8"], 64)
+  with pytest.raises(SystemExit):
+    sampler_bench.parse_args(["--max_new_tokens", "0"])
+
+
+def test_step_long_tail_defaults_and_floor():
+  args = step_bench.parse_args(["--workload", "long_tail"])
+  assert (args.num_prompts, args.max_new_tokens, args.slots) == ([8], 512,
+                                                                 16)
+  assert step_bench.make_config(args, 8).rollout.slots == 16
+  assert step_bench.parse_args([]).slots == 0
+  with pytest.raises(SystemExit):
+    step_bench.parse_args(["--slots", "-1"])
+  row = _step_row()
+  row["grpo_jax"]["lengths"] = [64, 10, 20, 6]
+  step_bench.add_floors(row, LIMITS, max_new_tokens=64)
+  # The longest row's 64 steps at 0.4 s (4e9 bytes at 10 GB/s), more than
+  # 2e9 FLOPs x 100 useful tokens at 100 GFLOP/s (2 s).
+  assert row["useful_tokens"] == 100.0
+  assert row["grpo_jax"]["decode_floor_s"] == pytest.approx(25.6)
+  row["grpo_jax"]["slots"] = 4
+  row["ratio_vs_trl"] = 4.0
+  lines = step_bench.useful_table([row]).splitlines()
+  assert lines[2] == "| 1 x 8 | grpo_jax (4 slots) | 100 | 2.00 | 50.0 | - |"
+  assert lines[3] == "| 1 x 8 | TRL 1.16.0 | 100 | 8.00 | 12.5 | 4.00x |"
+
+
+@pytest.mark.slow
+def test_tiny_long_tail_step_writes_json(tmp_path, monkeypatch):
+  monkeypatch.setattr(machine, "measure", _small_measure)
+  path = tmp_path / "step.json"
+  step_bench.main(["--model", "tiny", "--skip_trl", "--skip_tunix",
+                   "--workload", "long_tail", "--num_prompts", "2",
+                   "--max_new_tokens", "12", "--slots", "4", "--steps", "1",
+                   "--json", str(path)])
+  ours = json.loads(path.read_text())["rows"][0]["grpo_jax"]
+  lengths = long_tail.draw_lengths(16, 12)
+  assert ours["lengths"] == lengths.tolist() and ours["slots"] == 4
+  assert ours["completion_length"] == pytest.approx(lengths.mean())
+  assert ours["compiles_per_step"][1] == 0
+
+
+# ------------------------------------------------------------------ paged
+
+
+def test_paged_cache_gathers_back_to_the_regions():
+  import jax  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import paged  # pylint: disable=g-import-not-at-top
+  caches = paged.region_caches(jax.random.key(0), layers=2, slots=3,
+                               kv_heads=2, head_dim=4, columns=12,
+                               dtype="float32")
+  table = paged.page_table(3, 12, 4)
+  assert sorted(table.reshape(-1).tolist()) == list(range(9))
+  assert table.reshape(-1).tolist() != list(range(9))  # shuffled
+  for (k, v), (pk, pv) in zip(caches, paged.to_pages(caches, table, 4)):
+    got_k, got_v = paged.gather_pages(pk, pv, table)
+    np.testing.assert_array_equal(got_k, k)
+    np.testing.assert_array_equal(got_v, v)
+  with pytest.raises(ValueError, match="multiple"):
+    paged.page_table(3, 10, 4)
+
+
+def test_paged_check_runs_at_a_tiny_size(capsys):
+  from experiments.benchmarks import paged  # pylint: disable=g-import-not-at-top
+  (row,) = paged.main(["--slots", "2", "--layers", "1", "--columns", "16",
+                       "--page", "4", "--repeats", "1"])
+  assert row["regions_s"] > 0 and row["paged_s"] > 0
+  assert row["ratio"] == row["paged_s"] / row["regions_s"]
+  assert "| 2 |" in capsys.readouterr().out
+  with pytest.raises(SystemExit):
+    paged.parse_args(["--columns", "10", "--page", "4"])
+
+
+# ------------------------------------------------- accelerator: 1.5B shape
+
+
+def test_accelerator_shape_presets_and_flags_beside_them_win():
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  args = accelerator.parse_args(["--shape", "1.5b"])
+  assert (args.model, args.dtypes, args.batches, args.prompts) == (
+      "qwen2.5-1.5b", ["bfloat16"], [1, 8, 32, 128], [16])
+  assert (args.group, args.loss_n, args.plan) == (8, 0, "cpu")
+  args = accelerator.parse_args(["--shape", "1.5b", "--batches", "1",
+                                 "--plan", "off"])
+  assert (args.batches, args.plan) == ([1], "off")
+  assert accelerator.parse_args([]).plan == "off"
+  for bad in (["--shape", "7b"], ["--plan_mfu", "0"], ["--loss_n", "-1"]):
+    with pytest.raises(SystemExit):
+      accelerator.parse_args(bad)
+
+
+def test_accelerator_tiny_shape_puts_the_plan_beside_the_update(
+    monkeypatch, capsys):
+  from experiments.benchmarks import accelerator  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(machine, "matmul_gflop_s", lambda *a: 100.0)
+  monkeypatch.setattr(machine, "device_bandwidth_gb_s", lambda *a: 10.0)
+  result = accelerator.main(["--shape", "tiny"])
+  assert [r["workload"] for r in result["rows"]] == [
+      "decode, batch 1", "decode, batch 2", "update, 2 x 2"]
+  (plan,) = result["plan"]
+  update = result["rows"][2]
+  assert plan["workload"] == "2 x 2" and plan["platform"] == "cpu"
+  assert plan["measured_update_s"] == update["seconds"]
+  # The planner's FLOPs over the measured time, of 100 GFLOP/s; its time
+  # at 40% of the same.
+  assert plan["measured_mfu"] == pytest.approx(
+      plan["update_flops"] / update["seconds"] / 1e11)
+  assert plan["update_s_at_mfu"] == pytest.approx(
+      plan["update_flops"] / (0.4 * 1e11))
+  assert plan["update_peak_gib"] > 0 and plan["sample_peak_gib"] > 0
+  assert "| bfloat16 | 2 x 2 |" in capsys.readouterr().out

@@ -38,6 +38,21 @@ model at small ones).
 figure as the median with its range; `--combine a.json b.json ...` prints
 that median table from the saved results of separate runs (e.g. one process
 per dtype) without measuring anything.
+
+`--shape 1.5b` is the 1.5B run in one command: Qwen2.5-1.5B's shape on
+random weights, bfloat16 compute, decode at 1 / 8 / 32 / 128 rows against
+the HBM bound, the update's MFU at 16 prompts x 8 rows, no loss row, and
+beside them the planner's estimate for the same shapes (`--plan cpu`:
+`grpo_jax.planning` compiled on the host's CPU, as where no accelerator is;
+`--plan device`: compiled for the accelerator, XLA's own figures): the
+update's and the sampler's peak memory and analytic FLOPs, the update's
+time at `--plan_mfu` of the measured matmul throughput, against the
+measured time and the device's peak memory in use. `--shape tiny` is the
+same program on the tiny model at tiny sizes (a CPU check). Any flag given
+beside `--shape` wins over its preset:
+
+    python -m experiments.benchmarks.accelerator --shape 1.5b \
+        --json accelerator_1.5b.json
 """
 
 import argparse
@@ -68,6 +83,17 @@ def model_config(name: str, dtype: str):
     raise SystemExit(f"--model={name!r}: neither 'tiny' nor one of "
                      f"{sorted(p.stem for p in ARCHITECTURES.glob('*.json'))}")
   return models.ModelConfig.from_hf(json.loads(path.read_text()), dtype=dtype)
+
+
+# `--shape` presets: argparse defaults, so a flag given beside wins.
+SHAPES = {
+    "1.5b": dict(model="qwen2.5-1.5b", dtypes="bfloat16",
+                 batches="1,8,32,128", prompts="16", group=8, prompt_len=32,
+                 new_tokens=64, loss_n=0, repeats=3, plan="cpu"),
+    "tiny": dict(model="tiny", dtypes="bfloat16", batches="1,2",
+                 prompts="2", group=2, prompt_len=4, new_tokens=4, loss_n=0,
+                 repeats=1, matmul_size=64, copy_mib=1, plan="cpu"),
+}
 
 
 def row(dtype, workload, seconds, tokens, floor_s, binding):
@@ -125,7 +151,18 @@ def device_memory_gib():
   return None if limit is None else limit / loss_bench.GIB
 
 
+def device_peak_gib():
+  """The default device's peak memory in use so far (GiB), None where it
+  reports none (CPU)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  return None if peak is None else peak / loss_bench.GIB
+
+
 def loss_rows(config, args, limits):
+  if not args.loss_n:  # --loss_n 0: no loss row
+    return []
   n, t, d, v = args.loss_n, args.loss_t, config.hidden_size, config.vocab_size
   argv = ["--n", str(n), "--t", str(t), "--d", str(d), "--v", str(v),
           "--dtype", config.dtype, "--repeats", str(args.repeats)]
@@ -158,12 +195,96 @@ def measure(args) -> dict:
         bandwidth)
     out["limits"][dtype] = limits._asdict()
     config = model_config(args.model, dtype)
-    rows = (decode_rows(config, params, args, limits)
-            + update_rows(config, params, args, limits)
-            + loss_rows(config, args, limits))
+    rows = decode_rows(config, params, args, limits)
+    peak_after_decode = device_peak_gib()
+    rows += update_rows(config, params, args, limits)
+    out.setdefault("device_peak_gib", {})[dtype] = dict(
+        after_decode=peak_after_decode, after_update=device_peak_gib())
+    rows += loss_rows(config, args, limits)
     print("\n".join(f"# {r}" for r in rows), flush=True)
     out["rows"] += rows
   return out
+
+
+def plan_config(args, num_prompts, dtype):
+  """The trainer's config for the measured update's shapes: P prompts x
+  --group rows of --prompt_len + --new_tokens, on policy, no KL, PPO clip
+  with token mean (as `profile.update_case`), one device."""
+  from grpo_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from grpo_jax import train as train_lib  # pylint: disable=g-import-not-at-top
+  c = config_lib.finalize(config_lib.get_base_config(), None)
+  c.model.name = args.model
+  c.model.dtype = dtype
+  c.rollout.num_prompts = num_prompts
+  c.rollout.num_generations = args.group
+  c.rollout.max_new_tokens = args.new_tokens
+  c.data.prompt_buckets = (args.prompt_len,)
+  c.kl.beta = 0.0
+  c.objective.name = "ppo_clip"
+  c.objective.kwargs = dict(aggregation="token_mean")
+  c.train.num_iterations = 1
+  c.train.num_minibatches = 1
+  c.train.microbatch_size = 0
+  c.mesh.shape = (1, 1, 1)
+  return train_lib.validate(c)
+
+
+def plan_rows(args, result) -> list:
+  """The planner's update and sampler at each --prompts P (x --group) for
+  each dtype, beside what the device measured: the update's time and MFU
+  (of the planner's analytic FLOPs), the device's peak memory in use."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from grpo_jax import planning  # pylint: disable=g-import-not-at-top
+  devices = jax.devices("cpu")[:1] if args.plan == "cpu" else None
+  measured = {(r["dtype"], r["workload"]): r for r in result["rows"]}
+  rows = []
+  for dtype in args.dtypes:
+    matmul = result["limits"][dtype]["matmul_gflop_s"] * 1e9
+    peaks = result.get("device_peak_gib", {}).get(dtype, {})
+    for prompts in args.prompts:
+      config = plan_config(args, prompts, dtype)
+      plan = planning.plan(config, mesh=planning.mesh_for(config, devices),
+                           prompt_length=args.prompt_len,
+                           programs=("update", "sample"))
+      programs = plan.by_name
+      update, sample = programs["update"], programs["sample"]
+      got = measured.get((dtype, f"update, {prompts} x {args.group}"))
+      row_ = dict(
+          dtype=dtype, workload=f"{prompts} x {args.group}",
+          platform=plan.platform,
+          update_peak_gib=update.peak / loss_bench.GIB,
+          sample_peak_gib=sample.peak / loss_bench.GIB,
+          update_flops=float(update.flops), sample_flops=float(sample.flops),
+          update_s_at_mfu=planning.step_time(
+              update.flops, num_devices=1, mfu=args.plan_mfu,
+              peak_tflops=matmul / 1e12),
+          measured_update_s=got and got["seconds"],
+          measured_peak_gib=peaks.get("after_update"))
+      if got:
+        row_["measured_mfu"] = update.flops / got["seconds"] / matmul
+      rows.append(row_)
+      print(f"# plan {row_}", flush=True)
+  return rows
+
+
+def plan_table(rows, mfu) -> str:
+  """Markdown: the planner's figures beside the measured ones."""
+  def text(value, form):
+    return "-" if value is None else f"{value:{form}}"
+  lines = [
+      "| dtype | P x G | planner: update peak GiB | planner: sampler peak "
+      f"GiB | update TFLOPs (analytic) | planner: update s at {mfu:.0%} MFU "
+      "| measured update s | measured MFU | device peak in use GiB |",
+      "|---" * 9 + "|"]
+  for r in rows:
+    lines.append(
+        f"| {r['dtype']} | {r['workload']} | {r['update_peak_gib']:.2f} | "
+        f"{r['sample_peak_gib']:.2f} | {r['update_flops'] / 1e12:.3g} | "
+        f"{r['update_s_at_mfu']:.4g} | "
+        f"{text(r['measured_update_s'], '.4g')} | "
+        f"{text(r.get('measured_mfu'), '.1%')} | "
+        f"{text(r['measured_peak_gib'], '.2f')} |")
+  return "\n".join(lines)
 
 
 def _workload_key(row):
@@ -220,7 +341,11 @@ def table(result) -> str:
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  shape = argparse.ArgumentParser(add_help=False)
+  shape.add_argument("--shape", choices=sorted(SHAPES), default=None)
+  preset = SHAPES.get(shape.parse_known_args(argv)[0].shape, {})
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                              parents=[shape])
   p.add_argument("--model", default="smollm2-135m-instruct",
                  help="'tiny' or an architecture's name (random weights)")
   p.add_argument("--dtypes", default="float32,bfloat16",
@@ -231,7 +356,8 @@ def parse_args(argv=None):
   p.add_argument("--group", type=int, default=8)
   p.add_argument("--prompt_len", type=int, default=32)
   p.add_argument("--new_tokens", type=int, default=64)
-  p.add_argument("--loss_n", type=int, default=64)
+  p.add_argument("--loss_n", type=int, default=64,
+                 help="rows of the log-prob + loss row; 0 leaves it out")
   p.add_argument("--loss_t", type=int, default=1024)
   p.add_argument("--matmul_size", type=int, default=8192)
   p.add_argument("--copy_mib", type=int, default=2048)
@@ -242,9 +368,20 @@ def parse_args(argv=None):
                  help="print the median table of saved --json results; "
                  "measures nothing")
   p.add_argument("--json", default=None, help="write the results here")
+  p.add_argument("--plan", choices=("off", "cpu", "device"), default="off",
+                 help="the planner's estimate beside the update: compiled "
+                 "on the host's CPU (as without an accelerator) or for the "
+                 "device")
+  p.add_argument("--plan_mfu", type=float, default=0.4,
+                 help="the MFU the planner's update time assumes")
+  p.set_defaults(**preset)
   args = p.parse_args(argv)
   if args.runs < 1:
     p.error(f"--runs={args.runs}: must be at least 1")
+  if args.loss_n < 0:
+    p.error(f"--loss_n={args.loss_n}: must be >= 0 (0: no loss row)")
+  if not 0 < args.plan_mfu <= 1:
+    p.error(f"--plan_mfu={args.plan_mfu}: must be in (0, 1]")
   missing = [f for f in args.combine or () if not pathlib.Path(f).is_file()]
   if missing:
     p.error(f"--combine: no such file {missing[0]!r}; give the --json files "
@@ -265,6 +402,8 @@ def main(argv=None):
   else:
     results = [measure(args) for _ in range(args.runs)]
     result = results[0] if args.runs == 1 else combine(results)
+    # The process's peak memory so far: the last run's holds every run's.
+    result["device_peak_gib"] = results[-1]["device_peak_gib"]
   print(f"\n{result['device']}, {result['model']} (random weights"
         f"{_runs_label(result['rows'])}); "
         f"device copy "
@@ -272,6 +411,13 @@ def main(argv=None):
         + ", ".join(f"{dtype} {limits['matmul_gflop_s']:.4g} GFLOP/s"
                     for dtype, limits in result["limits"].items()) + "\n")
   print(table(result))
+  if args.plan != "off" and not args.combine:
+    result["plan"] = plan_rows(args, result)
+    print(f"\nThe planner (grpo_jax.planning, compiled for "
+          f"{result['plan'][0]['platform']}) for the same shapes; the "
+          "device's peak memory in use is the process's after the update "
+          "(decode and the update's own buffers in it):\n")
+    print(plan_table(result["plan"], args.plan_mfu))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(result, indent=2))
   return result

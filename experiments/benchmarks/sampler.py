@@ -37,6 +37,25 @@ number of timed runs per row (the best is kept); `--runs 3` repeats the whole
 benchmark (limits and every framework) three times back to back and prints
 each figure's median with its range; `--skip_hf` / `--skip_tunix` leave a
 column out (Tunix's is left out with a note when it is not installed).
+
+Long-tailed lengths (`long_tail.py`): ``--workload long_tail`` samples 8
+prompts x 8 completions of up to 512 new tokens, each row's length drawn
+once from a fixed seed (90% uniform in [1, 64], 10% the limit) and made real
+on every side by forcing the end id at the drawn token (grpo_jax's
+``logits_hook``, a transformers LogitsProcessor, a patch of Tunix's
+``Sampler._sample``); each side's lengths are checked against the draws.
+The figure is useful tokens per second (the sum of the lengths over the
+time), for the static-batch grpo_jax, grpo_jax with ``--slots`` slots
+refilled as rows end (each count timed, the best reported), transformers
+and Tunix:
+
+    nice python experiments/benchmarks/sampler.py --workload long_tail \
+        --json /tmp/sampler_long_tail.json
+
+``--paged_check`` instead times one decode step's attention over per-slot
+cache regions against the same attention over a paged cache gathered
+through a page table (`paged.py`), the measurement behind the engine's
+per-slot regions.
 """
 
 import argparse
@@ -55,6 +74,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: make `experiments` importable
   sys.path.insert(0, str(REPO_ROOT))
 # pylint: disable-next=wrong-import-position
+from experiments.benchmarks import long_tail
 from experiments.benchmarks import machine
 from grpo_jax.runtime import allocator
 
@@ -114,17 +134,27 @@ def prompt_ids(tokenizer, count):
 # ------------------------------------------------------------------ grpo_jax
 
 
-def grpo_jax_runner(config, params, tokens, mask, num_samples):
+def grpo_jax_runner(config, params, tokens, mask, num_samples, *,
+                    new_tokens=NEW_TOKENS, workload=None, slots=None):
+  """`sampling.sample` on the rows; with a `Workload`, its end id, its
+  hook and its check of the lengths, in `slots` slots (None: a batch)."""
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax import sampling  # pylint: disable=g-import-not-at-top
   key = jax.random.key(0)
+  extra = dict(eos_ids=())
+  if workload is not None:
+    extra = dict(eos_ids=(workload.end_id,), logits_hook=workload.hook,
+                 slots=slots)
 
   def run():
     out = sampling.sample(
         params, config, tokens, mask, key, num_samples=num_samples,
-        max_new_tokens=NEW_TOKENS, temperature=1.0, eos_ids=())
+        max_new_tokens=new_tokens, temperature=1.0, **extra)
     out.tokens.block_until_ready()
-    assert out.tokens.shape == (tokens.shape[0] * num_samples, NEW_TOKENS)
+    assert out.tokens.shape == (tokens.shape[0] * num_samples, new_tokens)
+    if workload is not None:
+      long_tail.check_lengths(f"grpo_jax (slots {slots})", out.lengths,
+                              workload.lengths)
   return run
 
 
@@ -180,21 +210,38 @@ def load_hf_model():
   return model
 
 
-def hf_runner(model, tokens, mask, num_samples):
+def hf_runner(model, tokens, mask, num_samples, *, new_tokens=NEW_TOKENS,
+              workload=None):
+  """transformers' generate on the rows: exactly `new_tokens` each, or
+  with a `Workload`, its lengths (`long_tail.ForceLengths`; generate stops
+  when every row has drawn the end id or reached the limit)."""
   import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
   input_ids = torch.tensor(tokens, dtype=torch.long)
   attention_mask = torch.tensor(mask, dtype=torch.long)
+  lengths = dict(min_new_tokens=new_tokens, eos_token_id=None)
+  if workload is not None:
+    processor = long_tail.hf_processor(
+        workload.lengths, new_tokens, workload.end_id, workload.banned_ids)
+    processor.prompt_length = tokens.shape[1]
+    lengths = dict(eos_token_id=workload.end_id,
+                   logits_processor=transformers.LogitsProcessorList(
+                       [processor]))
 
   def run():
     with torch.inference_mode():
       out = model.generate(
           input_ids=input_ids, attention_mask=attention_mask,
-          max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-          eos_token_id=None, pad_token_id=0, use_cache=True, do_sample=True,
-          temperature=1.0, top_k=0, top_p=1.0,
-          num_return_sequences=num_samples)
-    assert out.shape == (tokens.shape[0] * num_samples,
-                         tokens.shape[1] + NEW_TOKENS), out.shape
+          max_new_tokens=new_tokens, pad_token_id=0, use_cache=True,
+          do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+          num_return_sequences=num_samples, **lengths)
+    if workload is None:
+      assert out.shape == (tokens.shape[0] * num_samples,
+                           tokens.shape[1] + new_tokens), out.shape
+    else:
+      long_tail.check_lengths("transformers", long_tail.hf_lengths(
+          out[:, tokens.shape[1]:], (workload.end_id,), new_tokens),
+                              workload.lengths)
   return run
 
 
@@ -282,30 +329,44 @@ class TunixIds:
     return 0
 
 
-def tunix_runner(model, tokenizer, prompts, prompt_length, num_samples):
-  """Tunix's Sampler on `prompts` (each repeated `num_samples` times)."""
+def tunix_runner(model, tokenizer, prompts, prompt_length, num_samples, *,
+                 new_tokens=NEW_TOKENS, workload=None):
+  """Tunix's Sampler on `prompts` (each repeated `num_samples` times);
+  with a `Workload`, its end id and lengths (`long_tail.
+  patch_tunix_sampler`, applied to every Sampler of the process)."""
   from tunix.generate import sampler as tunix_sampler  # pylint: disable=g-import-not-at-top
   names = [f"prompt {p}" for p in range(len(prompts))
            for _ in range(num_samples)]
   ids = TunixIds({f"prompt {p}": x for p, x in enumerate(prompts)}, tokenizer)
   config = model.config
   sampler = tunix_sampler.Sampler(model, ids, tunix_sampler.CacheConfig(
-      cache_size=prompt_length + NEW_TOKENS, num_layers=config.num_layers,
+      cache_size=prompt_length + new_tokens, num_layers=config.num_layers,
       num_kv_heads=config.num_kv_heads, head_dim=config.head_dim))
+  eos_tokens = [ids.eos_id()]
+  if workload is not None:
+    long_tail.patch_tunix_sampler(workload.hook, len(names))
+    eos_tokens = [workload.end_id]
 
   def run():
-    out = sampler(names, max_generation_steps=NEW_TOKENS,
-                  max_prompt_length=prompt_length, eos_tokens=[ids.eos_id()],
+    out = sampler(names, max_generation_steps=new_tokens,
+                  max_prompt_length=prompt_length, eos_tokens=eos_tokens,
                   temperature=1.0, top_p=1.0, top_k=None, seed=0)
-    assert [len(t) for t in out.tokens] == [NEW_TOKENS] * len(names)
+    if workload is None:
+      assert [len(t) for t in out.tokens] == [new_tokens] * len(names)
+    else:
+      long_tail.check_lengths("Tunix", long_tail.tunix_lengths(
+          out.tokens, new_tokens), workload.lengths)
   return run
 
 
 # ------------------------------------------------------------------- workers
 
 
-def run_worker(framework, batches, repeats) -> dict:
-  """Tokens/s of `framework` on every row, in this process."""
+def run_worker(framework, batches, repeats, *, workload="fixed",
+               new_tokens=NEW_TOKENS, slots=()) -> dict:
+  """Tokens/s of `framework` on every row, in this process; for the
+  long-tailed `workload`, useful tokens/s, and for grpo_jax also in each
+  count of `slots` below the rows."""
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax import models, sampling  # pylint: disable=g-import-not-at-top
   config, params, tokenizer = models.load(MODEL)
@@ -333,26 +394,45 @@ def run_worker(framework, batches, repeats) -> dict:
     result.update(version=importlib.metadata.version("google-tunix"),
                   logits_max_abs_diff=diff)
   else:
-    result.update(version=f"on jax {jax.__version__}", dots_s={})
+    result.update(version=f"on jax {jax.__version__}", dots_s={},
+                  slots_tokens_per_s={})
+  long = workload == "long_tail"
   for name in batches:
     num_prompts, num_samples = parse_batch(name)
+    num_rows = num_prompts * num_samples
     prompts = prompt_ids(tokenizer, num_prompts)
     tokens, mask = sampling.pad_prompts(prompts, pad_id=0)
+    rows = None
+    if long:
+      rows = long_tail.make_workload(num_rows, new_tokens,
+                                     tokenizer.eos_token_id,
+                                     models.eos_ids(tokenizer))
+      result.setdefault("lengths", {})[name] = rows.lengths.tolist()
+    kwargs = dict(new_tokens=new_tokens, workload=rows)
     if framework == "grpo_jax":
-      run = grpo_jax_runner(config, params, tokens, mask, num_samples)
+      run = grpo_jax_runner(config, params, tokens, mask, num_samples,
+                            **kwargs)
     elif framework == "hf":
-      run = hf_runner(hf_model, tokens, mask, num_samples)
+      run = hf_runner(hf_model, tokens, mask, num_samples, **kwargs)
     else:
       run = tunix_runner(tunix, tokenizer, prompts, tokens.shape[1],
-                         num_samples)
-    new_tokens = num_prompts * num_samples * NEW_TOKENS
-    result["tokens_per_s"][name] = new_tokens / machine.best_seconds(run,
-                                                                     repeats)
-    print(f"# {LABELS[framework]} {name}: "
-          f"{result['tokens_per_s'][name]:.1f} tokens/s", flush=True)
-    if framework == "grpo_jax":
-      result["dots_s"][name] = decode_dots_seconds(
-          config, params, num_prompts * num_samples)
+                         num_samples, **kwargs)
+    produced = (long_tail.useful_tokens(rows.lengths) if long
+                else num_rows * new_tokens)
+    result["tokens_per_s"][name] = produced / machine.best_seconds(run,
+                                                                   repeats)
+    print(f"# {LABELS[framework]} {name}: {result['tokens_per_s'][name]:.1f}"
+          f" {'useful ' if long else ''}tokens/s", flush=True)
+    if framework == "grpo_jax" and long:
+      by_slots = result["slots_tokens_per_s"][name] = {}
+      for count in (c for c in slots if c < num_rows):
+        run = grpo_jax_runner(config, params, tokens, mask, num_samples,
+                              slots=count, **kwargs)
+        by_slots[str(count)] = produced / machine.best_seconds(run, repeats)
+        print(f"# grpo_jax {name} in {count} slots: "
+              f"{by_slots[str(count)]:.1f} useful tokens/s", flush=True)
+    elif framework == "grpo_jax":
+      result["dots_s"][name] = decode_dots_seconds(config, params, num_rows)
       print(f"# decode step's dots alone at {name}: "
             f"{1e3 * result['dots_s'][name]:.1f} ms", flush=True)
   return result
@@ -365,7 +445,10 @@ def spawn_worker(framework, args) -> dict:
   subprocess.run(
       [sys.executable, "-m", "experiments.benchmarks.sampler",
        "--worker", framework, "--worker_out", out_path,
-       "--batches", ",".join(args.batches), "--repeats", str(args.repeats)],
+       "--batches", ",".join(args.batches), "--repeats", str(args.repeats),
+       "--workload", args.workload,
+       "--max_new_tokens", str(args.max_new_tokens),
+       "--slots", ",".join(map(str, args.slots))],
       check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
@@ -428,7 +511,64 @@ def table(rows, frameworks) -> str:
   return "\n".join(lines)
 
 
-def setup_line(results, limits, repeats, load_before) -> str:
+def make_long_tail_rows(results, batches):
+  """One dict per batch of the long-tailed workload: useful tokens/s of
+  every side and of grpo_jax in each slot count, the best slot count, and
+  the ratios of grpo_jax's best (slots, or the batch where no count was
+  below the rows) to the static batch and to the peers."""
+  ours = results["grpo_jax"]
+  rows = []
+  for name in batches:
+    lengths = ours["lengths"][name]
+    row = dict(batch=name, rows=len(lengths),
+               useful_tokens=float(sum(lengths)),
+               long_rows=sum(n == max(lengths) for n in lengths))
+    for framework, result in results.items():
+      row[f"{framework}_tokens_per_s"] = result["tokens_per_s"][name]
+    by_slots = ours["slots_tokens_per_s"][name]
+    for count, speed in by_slots.items():
+      row[f"slots_{count}_tokens_per_s"] = speed
+    best = max(by_slots, key=by_slots.get, default=None)
+    row["best_slots"] = best
+    row["best_tokens_per_s"] = (by_slots[best] if best
+                                else row["grpo_jax_tokens_per_s"])
+    row["ratio_vs_static"] = (row["best_tokens_per_s"]
+                              / row["grpo_jax_tokens_per_s"])
+    for peer in ("hf", "tunix"):
+      if peer in results:
+        row[f"ratio_vs_{peer}"] = (row["best_tokens_per_s"]
+                                   / row[f"{peer}_tokens_per_s"])
+    rows.append(row)
+  return rows
+
+
+def long_tail_table(rows, frameworks) -> str:
+  """Markdown: useful tokens/s of the static batch, of each slot count and
+  of the peers, then the best slot count's ratios; ranges as `table`."""
+  peers = [f for f in ("hf", "tunix") if f in frameworks]
+  counts = sorted({key.split("_")[1] for row in rows for key in row
+                   if key.startswith("slots_") and "range" not in key},
+                  key=int)
+  header = (["grpo_jax batch"] + [f"grpo_jax {c} slots" for c in counts]
+            + [LABELS[p] for p in peers] + ["best vs batch"]
+            + [f"best vs {LABELS[p]}" for p in peers])
+  lines = ["| batch (rows, long) | useful tokens | " + " | ".join(header)
+           + " |", "|---" * (len(header) + 2) + "|"]
+  for row in rows:
+    cell = functools.partial(machine.with_range, row)
+    cells = ([cell("grpo_jax_tokens_per_s", ".1f")]
+             + [cell(f"slots_{c}_tokens_per_s", ".1f")
+                if f"slots_{c}_tokens_per_s" in row else "-" for c in counts]
+             + [cell(f"{p}_tokens_per_s", ".1f") for p in peers]
+             + [cell("ratio_vs_static", ".2f", unit="x")]
+             + [cell(f"ratio_vs_{p}", ".2f", unit="x") for p in peers])
+    lines.append(f"| {row['batch']} ({row['rows']}, {row['long_rows']}) | "
+                 f"{row['useful_tokens']:.0f} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def setup_line(results, limits, repeats, load_before,
+               new_tokens=NEW_TOKENS) -> str:
   """The conditions of the run, printed above the table."""
   ours = results["grpo_jax"]
   parts = [
@@ -436,7 +576,7 @@ def setup_line(results, limits, repeats, load_before) -> str:
       f"{os.getloadavg()[0]:.2f} after", machine.describe(limits),
       f"{ours['weights'] / 1e6:.0f} M weights, "
       f"{ours['weight_bytes'] / 1e6:.0f} MB read per decode step",
-      f"{NEW_TOKENS} new tokens, temperature 1, best of {repeats}",
+      f"{new_tokens} new tokens, temperature 1, best of {repeats}",
       f"every worker: {ours['malloc']}"]
   parts += [f"{LABELS[f]} {r['version']}" for f, r in results.items()]
   if "tunix" in results:
@@ -447,8 +587,23 @@ def setup_line(results, limits, repeats, load_before) -> str:
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--batches", default="1,8,32,8x8", type=batch_names)
+  parser.add_argument("--batches", default=None, type=batch_names,
+                      help="default 1,8,32,8x8; 8x8 with long_tail")
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--workload", default="fixed",
+                      choices=long_tail.WORKLOADS,
+                      help="fixed: every row 64 tokens, end ids ignored; "
+                      "long_tail: drawn lengths, the end id forced")
+  parser.add_argument("--max_new_tokens", type=int, default=None,
+                      help=f"default {NEW_TOKENS}; "
+                      f"{long_tail.LONG_TAIL_TOKENS} with long_tail")
+  parser.add_argument("--slots", default="8,16,32",
+                      type=machine.positive_ints,
+                      help="long_tail: grpo_jax's slot counts, each timed "
+                      "(counts not below the rows are skipped)")
+  parser.add_argument("--paged_check", action="store_true",
+                      help="time per-slot cache regions against a paged "
+                      "cache (paged.py) and exit")
   parser.add_argument("--runs", type=int, default=1,
                       help="whole runs back to back; the table shows each "
                            "figure's median and range over them")
@@ -460,6 +615,13 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.runs < 1 or args.repeats < 1:
     parser.error("--runs and --repeats must be >= 1")
+  long = args.workload == "long_tail"
+  if args.batches is None:
+    args.batches = ["8x8"] if long else ["1", "8", "32", "8x8"]
+  if args.max_new_tokens is None:
+    args.max_new_tokens = long_tail.LONG_TAIL_TOKENS if long else NEW_TOKENS
+  if args.max_new_tokens < 1:
+    parser.error(f"--max_new_tokens={args.max_new_tokens}: must be >= 1")
   return args
 
 
@@ -480,9 +642,14 @@ def frameworks_to_run(args):
 def main(argv=None):
   args = parse_args(argv)
   batches = args.batches
+  if args.paged_check:
+    from experiments.benchmarks import paged  # pylint: disable=g-import-not-at-top
+    return paged.main(["--repeats", str(max(args.repeats, 5))])
+  long = args.workload == "long_tail"
   if args.worker:
-    pathlib.Path(args.worker_out).write_text(json.dumps(
-        run_worker(args.worker, batches, args.repeats)))
+    pathlib.Path(args.worker_out).write_text(json.dumps(run_worker(
+        args.worker, batches, args.repeats, workload=args.workload,
+        new_tokens=args.max_new_tokens, slots=args.slots)))
     return None
 
   frameworks = frameworks_to_run(args)
@@ -492,16 +659,25 @@ def main(argv=None):
     limits = machine.measure()
     print(f"# {machine.describe(limits)}", flush=True)
     results = {f: spawn_worker(f, args) for f in frameworks}
-    runs.append(dict(rows=make_rows(results, limits, batches),
+    runs.append(dict(rows=(make_long_tail_rows(results, batches) if long
+                           else make_rows(results, limits, batches)),
                      limits=limits._asdict(), workers=results))
   rows = runs[0]["rows"] if args.runs == 1 else machine.median_rows(
       [run["rows"] for run in runs])
-  print("\n" + setup_line(results, limits, args.repeats, load_before))
+  print("\n" + setup_line(results, limits, args.repeats, load_before,
+                          args.max_new_tokens))
+  if long:
+    print(f"long-tailed lengths (seed {long_tail.SEED}): "
+          f"{1 - long_tail.LONG_SHARE:.0%} uniform in [1, "
+          f"{min(long_tail.SHORT_MAX, args.max_new_tokens)}], the rest "
+          f"{args.max_new_tokens}; useful tokens/s = the sum of the lengths "
+          "over the time; every side's lengths checked against the draws")
   if args.runs > 1:
     print(f"median of {args.runs} runs, the range in brackets; " + "; ".join(
         f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))
         for i, run in enumerate(runs)))
-  print("\n" + table(rows, frameworks))
+  print("\n" + (long_tail_table(rows, frameworks) if long
+                else table(rows, frameworks)))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(
         dict(rows=rows, runs=runs, load_average=load_before), indent=2))

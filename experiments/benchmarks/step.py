@@ -81,6 +81,25 @@ too) and gives each time and ratio as the median with its range;
 ``--num_prompts 1,4`` adds rows; ``--skip_trl`` / ``--skip_tunix`` leave a
 peer out (Tunix's row is left out with a note when it is not installed);
 ``--model tiny`` (grpo_jax and Tunix; no TRL) is a seconds-long smoke run.
+
+Long-tailed lengths: ``--workload long_tail`` (8 prompts x 8 completions of
+up to 512 tokens by default) replaces "exactly T tokens" with lengths drawn
+once from a fixed seed (`long_tail.py`: 90% uniform in [1, 64], 10% the
+limit, the same draws every step), forced on every side at the drawn
+token: grpo_jax's sampler gets `long_tail.jax_hook` as its ``logits_hook``
+(the rollout's `sampling.sample` call wrapped, with ``rollout.slots`` from
+``--slots``, 16 by default there; 0 is the static batch); TRL's
+GRPOTrainer generates with ``model.generate``, which is wrapped to pass
+`long_tail.ForceLengths` as a ``logits_processor`` (TRL's
+``generation_kwargs`` go into a ``GenerationConfig``, which holds no
+processor); Tunix's ``Sampler._sample`` applies the same hook
+(`long_tail.patch_tunix_sampler`). Each side's completion lengths are
+checked against the draws every step. Beside the step time the table gives
+useful tokens per second (the sum of the lengths, which enter the loss, over
+the mean step):
+
+    nice python -m experiments.benchmarks.step --workload long_tail \
+        --json /tmp/step_long_tail.json
 """
 
 import argparse
@@ -99,6 +118,7 @@ import time
 
 import numpy as np
 
+from experiments.benchmarks import long_tail
 from experiments.benchmarks import machine
 from grpo_jax.runtime import allocator
 
@@ -145,6 +165,7 @@ def make_config(args, num_prompts):
   # Cold compiles unless asked (`train.enable_compilation_cache`).
   c.train.compilation_cache_dir = args.compilation_cache or ""
   c.model.remat = args.remat
+  c.rollout.slots = args.slots
   return c
 
 
@@ -193,11 +214,12 @@ class _CompileLog(logging.Handler):
 
 
 def compile_split(compiled):
-  """Seconds by part: the sampler (`sampling._sample`), the update (the
+  """Seconds by part: the sampler (`sampling._sample`, or
+  `engine.sample_slots` in slots), the update (the
   jitted `update_fn`) and everything else, from (function, seconds)."""
   split = dict(sampler=0.0, update=0.0, other=0.0)
   for name, seconds in compiled:
-    part = ("sampler" if "_sample" in name
+    part = ("sampler" if "_sample" in name or "sample_slots" in name
             else "update" if "update" in name else "other")
     split[part] += seconds
   return split
@@ -244,6 +266,53 @@ def ignore_eos(run):
   return run._replace(rollout_fn=rollout_fn), tokens
 
 
+class _HookedSampling:
+  """The `sampling` module as `rollout.rounds` sees it, with
+  ``logits_hook`` added to every `sample` call; records each call's rows."""
+
+  def __init__(self, module, hook):
+    self._module, self._hook, self.rows = module, hook, []
+
+  def __getattr__(self, name):
+    return getattr(self._module, name)
+
+  def sample(self, params, config, prompt_tokens, *args, **kwargs):
+    self.rows.append(prompt_tokens.shape[0] * kwargs.get("num_samples", 1))
+    return self._module.sample(params, config, prompt_tokens, *args,
+                               logits_hook=self._hook, **kwargs)
+
+
+def force_lengths(run, num_rows, max_new_tokens):
+  """`run` whose rollout samples the long-tailed lengths (`long_tail`):
+  its sampler's `sampling.sample` calls get the workload's hook (the
+  tokenizer's eos id forced, every end id of the pipeline banned
+  elsewhere). Returns (run, tokens, workload): the list gets each batch's
+  count of real tokens, after its completion lengths are checked."""
+  from grpo_jax.rollout import rounds  # pylint: disable=g-import-not-at-top
+  pipeline = run.rollout_fn.keywords["pipeline"]
+  end_id = getattr(pipeline.tokenizer, "eos_token_id", None)
+  if not isinstance(end_id, int):
+    end_id = pipeline.sampler.eos_ids[0]
+  workload = long_tail.make_workload(num_rows, max_new_tokens, end_id,
+                                     pipeline.sampler.eos_ids)
+  hooked = _HookedSampling(rounds.sampling, workload.hook)
+  rounds.sampling = hooked  # this worker process samples only here
+  generate, tokens = run.rollout_fn, []
+
+  def rollout_fn(*args, **kwargs):
+    batch, measurements, states = generate(*args, **kwargs)
+    if hooked.rows != [num_rows]:
+      raise AssertionError(f"the rollout sampled {hooked.rows} rows; the "
+                           f"draws are for one call of {num_rows}")
+    hooked.rows.clear()
+    mask = np.asarray(batch.input_mask)
+    long_tail.check_lengths("grpo_jax", mask[:, -max_new_tokens:].sum(1),
+                            workload.lengths)
+    tokens.append(update_tokens(mask, max_new_tokens))
+    return batch, measurements, states
+  return run._replace(rollout_fn=rollout_fn), tokens, workload
+
+
 def run_grpo_jax(args, num_prompts):
   """Steps of `train.train_step`; records the XLA compilations of each."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -255,7 +324,14 @@ def run_grpo_jax(args, num_prompts):
   jax_logger.addHandler(compile_log)
   jax_logger.propagate = False  # keep the console free of compile records
   start = time.perf_counter()
-  run, update_tokens = ignore_eos(train.build(make_config(args, num_prompts)))
+  run = train.build(make_config(args, num_prompts))
+  lengths = None
+  if args.workload == "long_tail":
+    run, update_tokens, workload = force_lengths(
+        run, num_prompts * NUM_GENERATIONS, args.max_new_tokens)
+    lengths = workload.lengths.tolist()
+  else:
+    run, update_tokens = ignore_eos(run)
   build_s = time.perf_counter() - start
   state = run.state
   steps = []
@@ -291,6 +367,9 @@ def run_grpo_jax(args, num_prompts):
   out["cache_hits"] = compile_log.cache_hits
   out["weights"], out["weight_bytes"] = machine.matmul_weights(
       run.state.params)
+  out["slots"] = args.slots
+  if lengths is not None:
+    out["lengths"] = lengths
   return out
 
 
@@ -368,11 +447,22 @@ def run_trl(args, num_prompts):
   from grpo_jax import models, rewards  # pylint: disable=g-import-not-at-top
 
   config = make_config(args, num_prompts)
+  long = args.workload == "long_tail"
   gguf = models.loading.embedded_model_path(args.model)
   model = plain_model(transformers.AutoModelForCausalLM.from_pretrained(
       str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32))
   tokenizer = transformers.AutoTokenizer.from_pretrained(
       str(gguf.parent), gguf_file=gguf.name)
+  num_rows = num_prompts * NUM_GENERATIONS
+  if long:
+    # TRL's GRPOTrainer calls the (unwrapped) model's generate with its own
+    # GenerationConfig; the wrapper adds the processor to each call.
+    workload = long_tail.make_workload(
+        num_rows, args.max_new_tokens, tokenizer.eos_token_id,
+        models.eos_ids(tokenizer))
+    generate_rows = long_tail.hf_generate_with(model, long_tail.hf_processor(
+        workload.lengths, args.max_new_tokens, workload.end_id,
+        workload.banned_ids))
   o = config.optimizer
   workdir = tempfile.mkdtemp(prefix="trl_step_")
   trl_config = trl.GRPOConfig(
@@ -383,8 +473,10 @@ def run_trl(args, num_prompts):
       per_device_train_batch_size=num_prompts * NUM_GENERATIONS,
       gradient_accumulation_steps=1, num_generations=NUM_GENERATIONS,
       max_completion_length=args.max_new_tokens, num_iterations=1,
-      # Exactly T tokens per completion, as grpo_jax's (`ignore_eos`).
-      generation_kwargs=dict(min_new_tokens=args.max_new_tokens),
+      # Exactly T tokens per completion, as grpo_jax's (`ignore_eos`); or
+      # the long-tailed lengths, forced in `generate` (below).
+      generation_kwargs=(None if long else dict(
+          min_new_tokens=args.max_new_tokens)),
       temperature=config.rollout.temperature, top_p=1.0, top_k=0,
       beta=args.beta, loss_type=args.loss_type, epsilon=0.2,
       scale_rewards="group",
@@ -414,6 +506,13 @@ def run_trl(args, num_prompts):
   generate = _Timer(trainer, "_generate")
   rollout = _Timer(trainer, "_generate_and_score_completions")
   trainer.train()
+  if long:
+    if generate_rows != [num_rows] * len(rollout.outputs):
+      raise AssertionError(f"TRL generated {generate_rows} rows a call; the "
+                           f"draws are for one call of {num_rows} a step")
+    for out in rollout.outputs:
+      long_tail.check_lengths("TRL", out["completion_mask"].sum(dim=1),
+                              workload.lengths)
   # Mean completion length (EOS included) per step; TRL's own metric is
   # cleared when the trainer logs at the end.
   lengths = [float(out["completion_mask"].sum(dim=1).float().mean())
@@ -442,7 +541,9 @@ class TunixTokenizer:
   vocabulary (`pad_id`), which no completion token can equal: Tunix treats
   every token equal to its pad id as padding (completion mask, attention),
   and SmolLM2's own pad id <|im_end|> is in every prompt. The pad rows'
-  embedding lookups clamp to a real row; they are masked out."""
+  embedding lookups clamp to a real row; they are masked out. (With
+  ``--workload long_tail`` completions end early and get padded: the pad
+  id is then an end id the workload bans, see `run_tunix`.)"""
 
   def __init__(self, tokenizer, pad_id):
     self.tokenizer, self._pad_id = tokenizer, int(pad_id)
@@ -540,7 +641,7 @@ def run_tunix(args, num_prompts):
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from grpo_jax.train import optim  # pylint: disable=g-import-not-at-top
-  from grpo_jax import rewards, train  # pylint: disable=g-import-not-at-top
+  from grpo_jax import models, rewards, train  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import sampler as sampler_bench  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
@@ -552,10 +653,27 @@ def run_tunix(args, num_prompts):
   assert model_config.dtype == "float32", model_config.dtype
   sampler_bench.patch_tunix_rope(model_config.rope_theta)
   model = sampler_bench.tunix_model(model_config, params)
-  tokenizer = TunixTokenizer(hf_tokenizer, pad_id=model_config.vocab_size)
+  pad_id, eos_tokens = model_config.vocab_size, [-1]
+  if args.workload == "long_tail":
+    workload = long_tail.make_workload(
+        num_prompts * NUM_GENERATIONS, args.max_new_tokens,
+        hf_tokenizer.eos_token_id, models.eos_ids(hf_tokenizer))
+    long_tail.patch_tunix_sampler(workload.hook,
+                                  num_prompts * NUM_GENERATIONS)
+    eos_tokens = [workload.end_id]
+    # Completions now end early and Tunix pads them with its pad id, which
+    # its log-prob gather then reads: an id past the vocabulary gathers NaN
+    # (and NaN times a 0 mask is NaN). An end id the hook bans everywhere
+    # is never sampled; it must not be in a prompt either (checked below).
+    pad_id = min(set(workload.banned_ids) - {workload.end_id},
+                 default=model_config.vocab_size)
+  tokenizer = TunixTokenizer(hf_tokenizer, pad_id=pad_id)
   batches = tunix_batches(config, hf_tokenizer, args.steps + 1)
-  width = prompt_width(config, [len(tokenizer.encode(p))
-                                for b in batches for p in b["prompts"]])
+  encoded = [tokenizer.encode(p) for b in batches for p in b["prompts"]]
+  if any(pad_id in ids for ids in encoded):
+    raise AssertionError(f"Tunix's pad id {pad_id} is in a prompt: Tunix "
+                         "would mask it out")
+  width = prompt_width(config, [len(ids) for ids in encoded])
   r = config.rollout
   # Every role on one mesh of one device: the rollout shares the actor's
   # weights (no weight sync); a reference model only when beta > 0.
@@ -584,7 +702,7 @@ def run_tunix(args, num_prompts):
               # 1 with no top-k samples the full distribution (no sort), as
               # TRL's top_p=1.0, top_k=0.
               temperature=r.temperature, top_p=1.0, top_k=None,
-              eos_tokens=[tokenizer.eos_id()])))
+              eos_tokens=eos_tokens)))  # -1 (never sampled) if fixed
   learner = grpo_learner.GRPOLearner(
       rl_cluster=cluster,
       algo_config=grpo_learner.GRPOConfig(
@@ -625,6 +743,10 @@ def run_tunix(args, num_prompts):
   for i, total in enumerate(step.times):
     example = rollout.outputs[i]
     completion_mask = np.asarray(example.completion_mask)
+    if args.workload == "long_tail":  # Tunix drops the end token
+      long_tail.check_lengths("Tunix", long_tail.tunix_lengths(
+          [np.flatnonzero(m) for m in completion_mask],
+          args.max_new_tokens), workload.lengths)
     steps.append(dict(
         step_s=total, sample_s=generate.times[i],
         logprob_s=rollout.times[i] - generate.times[i],
@@ -663,6 +785,7 @@ def run_worker(args, framework, num_prompts):
     command += ["--compilation_cache", args.compilation_cache]
   if args.remat:
     command.append("--remat")
+  command += ["--workload", args.workload, "--slots", str(args.slots)]
   subprocess.run(command, check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
@@ -671,11 +794,23 @@ def run_worker(args, framework, num_prompts):
 
 def add_floors(row, limits: machine.Limits, max_new_tokens):
   """Each side's floor (see the module docstring) and its step as a share of
-  it, from the model size grpo_jax reports and the side's own token count."""
+  it, from the model size grpo_jax reports and the side's own token count.
+  With long-tailed lengths (grpo_jax reports them) the decode floor is the
+  longest row's T steps, each reading every weight once, or 2 FLOPs per
+  weight per useful token, whichever is more: no schedule of the rows
+  (batch or slots) decodes faster."""
   ours = row["grpo_jax"]
-  decode_s = max_new_tokens * machine.decode_step_floor_s(
-      ours["weights"], ours["weight_bytes"],
-      row["num_prompts"] * NUM_GENERATIONS, limits)
+  if "lengths" in ours:
+    useful = sum(ours["lengths"])
+    row["useful_tokens"] = float(useful)
+    decode_s = max(
+        max(ours["lengths"]) * ours["weight_bytes"]
+        / (limits.bandwidth_gb_s * 1e9),
+        2 * ours["weights"] * useful / (limits.matmul_gflop_s * 1e9))
+  else:
+    decode_s = max_new_tokens * machine.decode_step_floor_s(
+        ours["weights"], ours["weight_bytes"],
+        row["num_prompts"] * NUM_GENERATIONS, limits)
   for side in FRAMEWORKS:
     if side in row:
       r = row[side]
@@ -739,18 +874,52 @@ def table(rows) -> str:
   return "\n".join(lines)
 
 
+def useful_table(rows) -> str:
+  """Markdown, long-tailed workload: each side's useful tokens per second
+  (the drawn lengths' sum over its mean step) and grpo_jax's ratio."""
+  lines = ["| P x G | framework | useful tokens | step s | useful tokens/s "
+           "| grpo_jax vs it |", "|---|---|---|---|---|---|"]
+  for row in rows:
+    p = f"{row['num_prompts']} x {NUM_GENERATIONS}"
+    useful = row["useful_tokens"]
+    for side in FRAMEWORKS:
+      if not row.get(side):
+        continue
+      r = row[side]
+      label = (f"grpo_jax ({r['slots']} slots)" if side == "grpo_jax"
+               and r.get("slots") else "grpo_jax (batch)" if side ==
+               "grpo_jax" else f"{LABELS[side]} "
+               f"{r.get(side + '_version', '')}".strip())
+      ratio = ("-" if side == "grpo_jax" else machine.with_range(
+          row, f"ratio_vs_{side}", ".2f", unit="x"))
+      lines.append(f"| {p} | {label} | {useful:.0f} | "
+                   f"{machine.with_range(r, 'step_s', '.2f')} | "
+                   f"{useful / r['step_s']:.1f} | {ratio} |")
+  return "\n".join(lines)
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(
       description=__doc__.split("\n", maxsplit=1)[0])
-  parser.add_argument("--num_prompts", default="1",
+  parser.add_argument("--num_prompts", default=None,
                       type=machine.positive_ints,
-                      help="comma-separated P values, one row each")
+                      help="comma-separated P values, one row each; "
+                      "default 1, 8 with long_tail")
+  parser.add_argument("--workload", default="fixed",
+                      choices=long_tail.WORKLOADS,
+                      help="fixed: every completion T tokens; long_tail: "
+                      "drawn lengths, the end id forced on every side")
+  parser.add_argument("--slots", type=int, default=None,
+                      help="grpo_jax's rollout.slots (0: one batch); "
+                      "default 0, 16 with long_tail")
   parser.add_argument("--steps", type=int, default=3,
                       help="timed steps after the warm-up step")
   parser.add_argument("--beta", type=float, default=0.0)
   parser.add_argument("--loss_type", default="dapo", choices=sorted(LOSS_TYPES))
   parser.add_argument("--learning_rate", type=float, default=1e-6)
-  parser.add_argument("--max_new_tokens", type=int, default=MAX_NEW_TOKENS)
+  parser.add_argument("--max_new_tokens", type=int, default=None,
+                      help=f"default {MAX_NEW_TOKENS}, "
+                      f"{long_tail.LONG_TAIL_TOKENS} with long_tail")
   parser.add_argument("--config", default="grpo",
                       help="a configs/<name>.py module")
   parser.add_argument("--model", default="smollm2-135m-instruct",
@@ -772,6 +941,18 @@ def parse_args(argv=None):
                       help=argparse.SUPPRESS)
   parser.add_argument("--worker_out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  long = args.workload == "long_tail"
+  if args.num_prompts is None:
+    args.num_prompts = [8] if long else [1]
+  if args.max_new_tokens is None:
+    args.max_new_tokens = (long_tail.LONG_TAIL_TOKENS if long
+                           else MAX_NEW_TOKENS)
+  if args.slots is None:
+    args.slots = 16 if long else 0
+  if args.slots < 0:
+    parser.error(f"--slots={args.slots}: must be >= 0 (0: one batch)")
+  if args.max_new_tokens < 1:
+    parser.error(f"--max_new_tokens={args.max_new_tokens}: must be >= 1")
   if args.steps < 1 or args.runs < 1:
     parser.error("--steps and --runs must be >= 1")
   if not args.num_prompts:
@@ -847,6 +1028,13 @@ def main(argv=None):
         f"run {i + 1}: " + machine.describe(machine.Limits(**run["limits"]))
         for i, run in enumerate(runs)))
   print("\n" + table(rows))
+  if args.workload == "long_tail":
+    print(f"\nlong-tailed lengths (seed {long_tail.SEED}, the same every "
+          f"step and on every side, checked): "
+          f"{1 - long_tail.LONG_SHARE:.0%} uniform in [1, "
+          f"{min(long_tail.SHORT_MAX, args.max_new_tokens)}], the rest "
+          f"{args.max_new_tokens}; grpo_jax rollout.slots={args.slots}\n")
+    print(useful_table(rows))
   for row in rows:
     print(f"\nP={row['num_prompts']}:")
     for side in FRAMEWORKS:
@@ -863,7 +1051,9 @@ def main(argv=None):
             f"{t['first_step_aux']['entropy']:.3g}")
     sides = [s for s in FRAMEWORKS if s in row]
     lengths = {row[s]["completion_length"] for s in sides}
-    if len(lengths) > 1:
+    # Long-tailed: each side's lengths were checked against the draws
+    # (Tunix's mean leaves the end token out).
+    if len(lengths) > 1 and args.workload == "fixed":
       print(f"WARNING: mean completion tokens differ "
             f"{dict((s, row[s]['completion_length']) for s in sides)}: "
             "the sides did not do the same work")
