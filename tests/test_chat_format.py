@@ -196,13 +196,13 @@ def test_a_template_that_rewrites_history_raises_naming_the_message():
 
 
 def test_ids_that_merge_across_the_boundary_raise():
-  # "\nt" is one token: the history's last "\n" merges with "tool: ...".
-  tok = char_tokenizer(presets.TINY_CHAT_TEMPLATE, (), pieces=("\nt",))
+  # "\nu" is one token: the history's last "\n" merges with "user: ...".
+  tok = char_tokenizer(presets.TINY_CHAT_TEMPLATE, (), pieces=("\nu",))
   fmt = chat.chat_format(tok)
   history = QUESTION + [{"role": "assistant", "content": CALL}]
   with pytest.raises(chat.ChatTemplateError, match="splits the history"):
-    chat.observation_ids(tok, fmt, history, [{"role": "tool",
-                                              "content": "42"}])
+    chat.observation_ids(tok, fmt, history,
+                         [chat.observation_message(fmt, "42")])
 
 
 def test_a_plain_text_closing_is_always_inserted():
@@ -210,6 +210,8 @@ def test_a_plain_text_closing_is_always_inserted():
   fmt = chat.chat_format(tok)
   assert fmt.closing == tuple(encode(tok, "\n"))
   assert fmt.end_of_turn_id is None
+  # It writes any role by its name: no tool role of its own.
+  assert fmt.tool_role == "user"
   eos = tok.eos_token_id
   sampled = encode(tok, "42") + [eos]
   assert chat.assistant_text(tok, fmt, sampled, stop_ids=[eos]) == "42"
@@ -353,3 +355,24 @@ def test_every_shipped_architecture_has_a_format():
   assert types == {"llama", "qwen2", "qwen3"}
   for model_type in types:
     assert tool_calls.format_for(model_type) in tool_calls.TOOL_CALL_FORMATS
+
+
+def test_the_shipped_smollm2_tokenizer_extends_its_rendering():
+  # A real BPE tokenizer and template (ChatML, every role by its name).
+  from grpo_jax.models import loading  # pylint: disable=g-import-not-at-top
+  tok = loading.load_tokenizer(pathlib.Path(loading.__file__).parent /
+                               "tokenizers" / "SmolLM2-135M-Instruct.Q4_1")
+  fmt = chat.chat_format(tok)
+  assert fmt.end_of_turn_id == tok.convert_tokens_to_ids("<|im_end|>")
+  assert fmt.tool_role == "user"
+  assert tool_calls.format_for("llama", tok.chat_template) == "qwen"
+  sampled = encode(tok, CALL) + [fmt.end_of_turn_id]
+  history = QUESTION + [{"role": "assistant",
+                         "content": chat.assistant_text(tok, fmt, sampled)}]
+  new = [chat.observation_message(fmt, "42")]
+  turn = chat.turn_ids(tok, fmt, history, sampled, new)
+  prompt_ids = encode(tok, render(tok, QUESTION, True))
+  assert prompt_ids + list(turn.ids) == encode(tok, render(tok, history + new,
+                                                           True))
+  assert tool_calls.qwen(chat.assistant_text(tok, fmt, sampled)) == [
+      ToolCall("calc", {"expression": "6*7"})]

@@ -13,7 +13,8 @@ the next (`turn_ids` puts the two together with their loss mask):
   the sampled turn ended without the end-of-turn id (cut by the token
   budget), else what follows that id (ChatML's ``\\n``).
 - `observation_ids`: the new messages (tool results in the template's tool
-  role where it has one, `observation_message`; else user messages) as the
+  role where it has one of its own, `observation_message`; else user
+  messages) as the
   template renders them after the history, with the next generation
   prompt: the ids of render(history + new) past those of render(history).
   The history's assistant messages hold the decoded sampled text
@@ -38,6 +39,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 _PROBE_USER = "probe question"
 _PROBE_ANSWER = "probe answer"
 _PROBE_RESULT = "probe tool result"
+_PROBE_ROLE = "probe_role"
 
 
 class ChatTemplateError(ValueError):
@@ -90,15 +92,27 @@ def _special_ids(tokenizer) -> set:
 
 
 def _tool_role(tokenizer, kwargs, probe) -> str:
-  """"tool" when the template writes a tool message's content, else "user"
-  (a template without the role may raise on it or drop it)."""
+  """"tool" when the template has a tool role of its own, else "user".
+
+  A template without one may raise on a tool message, drop it, or write
+  any role by its name (SmolLM2's, the tiny model's: the model never saw
+  "tool" there); so the role is the template's own when a tool message's
+  content is written, and otherwise than a made-up role's would be.
+  """
   import jinja2  # pylint: disable=g-import-not-at-top
-  messages = probe + [{"role": "tool", "content": _PROBE_RESULT}]
-  try:
-    text = _render(tokenizer, kwargs, messages, generation_prompt=True)
-  except (jinja2.TemplateError, ValueError, KeyError, TypeError):
+
+  def rendered(role):
+    messages = probe + [{"role": role, "content": _PROBE_RESULT}]
+    try:
+      return _render(tokenizer, kwargs, messages, generation_prompt=True)
+    except (jinja2.TemplateError, ValueError, KeyError, TypeError):
+      return None
+  tool = rendered("tool")
+  if tool is None or _PROBE_RESULT not in tool:
     return "user"
-  return "tool" if _PROBE_RESULT in text else "user"
+  other = rendered(_PROBE_ROLE)
+  generic = other is not None and other.replace(_PROBE_ROLE, "tool") == tool
+  return "user" if generic else "tool"
 
 
 def chat_format(tokenizer, **template_kwargs) -> ChatFormat:
