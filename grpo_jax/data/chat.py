@@ -14,9 +14,9 @@ the next (`turn_ids` puts the two together with their loss mask):
   budget), else what follows that id (ChatML's ``\\n``).
 - `observation_ids`: the new messages (tool results in the template's tool
   role where it has one of its own, `observation_message`; else user
-  messages) as the
-  template renders them after the history, with the next generation
-  prompt: the ids of render(history + new) past those of render(history).
+  messages) as the template renders them after the history, with the next
+  generation prompt: the ids of render(history + new) past those of
+  render(history).
   The history's assistant messages hold the decoded sampled text
   (`assistant_text`); it is rendered only to take that difference.
 
