@@ -22,16 +22,16 @@ per process), or the one named by `isolation`:
   (only a loopback of its own), it cannot write outside its directory, and
   every process it starts dies with it.
 - ``unshare`` (util-linux ``unshare``, unprivileged user namespaces): new
-  user and network namespaces. No network; but the file system is the
-  host's, writable wherever the user running it may write, it can signal
-  the user's other processes, and a process that leaves the process group
-  (``setsid``) can outlive the time limit.
+  user, network, PID and mount namespaces (a /proc of its own). No network,
+  every process it starts dies with it; but the file system is the host's,
+  writable wherever the user running it may write.
 - ``none`` (neither works, e.g. macOS or a container that forbids user
   namespaces): the limits, the temporary directory and the clean
   environment only. The code can reach the network and write wherever the
   user may; a trusted model's code, or a container around the run, is then
-  the safeguard. Under root without namespaces, the code may even raise its
-  own limits.
+  the safeguard. A process it starts that leaves the process group
+  (``setsid``) can outlive the time limit, and under root the code may even
+  raise its own limits.
 
 In every mode the code can read what the user running it can read.
 """
@@ -87,7 +87,8 @@ def isolation_prefix(isolation: str, workdir: str) -> List[str]:
             "--tmpfs", "/tmp", "--bind", workdir, workdir, "--chdir",
             workdir, "--"]
   if isolation == "unshare":
-    return ["unshare", "--user", "--map-root-user", "--net", "--"]
+    return ["unshare", "--user", "--map-root-user", "--net", "--pid",
+            "--fork", "--kill-child", "--mount-proc", "--"]
   return []
 
 
@@ -121,17 +122,18 @@ def _environment(workdir: str) -> Dict[str, str]:
 
 
 def _drain(stream, keep: int, out: list) -> None:
-  """Reads `stream` to its end; `out` gets [the first `keep` bytes, the
-  number of bytes dropped]."""
+  """Reads `stream` to its end; `out` holds [the first `keep` bytes, the
+  number of bytes dropped] so far (a reader left blocked by a process that
+  outlived the run still gives what it read)."""
   kept, dropped = bytearray(), 0
   while True:
     chunk = stream.read1(1 << 16)
     if not chunk:
       break
-    room = keep - len(kept)
+    room = max(0, keep - len(kept))
     kept += chunk[:room]
-    dropped += max(0, len(chunk) - room)
-  out[:] = [bytes(kept), dropped]
+    dropped += len(chunk) - len(chunk[:room])
+    out[:] = [bytes(kept), dropped]
 
 
 def _text(data: bytes, dropped_bytes: int, max_chars: int, workdir: str):
@@ -202,10 +204,12 @@ def run_python(code: str, *, time_limit_s: float = 10.0,
         pass
       returncode = process.wait()
     seconds = time.monotonic() - start
-    for reader in readers:  # a process that left the group may hold a pipe
+    for reader, stream in zip(readers, (process.stdout, process.stderr)):
       reader.join(timeout=1.0)
-    process.stdout.close()
-    process.stderr.close()
+      # A process that left the group may hold the pipe open: then its
+      # reader stays blocked (closing the pipe under it would block too).
+      if not reader.is_alive():
+        stream.close()
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
   (out, out_dropped), (err, err_dropped) = [
