@@ -3,7 +3,8 @@
 Every run gets a fresh temporary directory (its working directory, HOME and
 TMPDIR, removed afterwards), an environment of its own (PATH, a UTF-8
 locale, one BLAS thread; no proxies, no credentials, nothing of the
-trainer's), ``python -I`` (no PYTHONPATH, no user site), and, set by a small
+trainer's), the trainer's interpreter as ``python -I`` (its installed
+packages, but no PYTHONPATH and no user site), and, set by a small
 launcher before it execs the sandbox (never ``preexec_fn``, which is unsafe
 in a process with threads), these limits: address space (`memory_mb`: an
 allocation beyond it is a MemoryError), CPU seconds, the size of any file
@@ -16,11 +17,12 @@ that a traceback reads the same in every run.
 The isolation is the strongest that works here (`available`, probed once
 per process), or the one named by `isolation`:
 
-- ``bwrap`` (bubblewrap on PATH): new user, network, PID, IPC and UTS
-  namespaces, all capabilities dropped, the whole file system read-only
-  but the working directory, a private /tmp, /dev and /proc; no network
-  (only a loopback of its own), it cannot write outside its directory, and
-  every process it starts dies with it.
+- ``bwrap`` (bubblewrap on PATH): new network, PID, IPC and UTS
+  namespaces (and a user namespace where the kernel allows one), all
+  capabilities dropped, the whole file system read-only but the working
+  directory, a private /tmp, /dev and /proc. No network (only a loopback
+  of its own), no writes outside its directory, and every process it
+  starts dies with it.
 - ``unshare`` (util-linux ``unshare``, unprivileged user namespaces): new
   user, network, PID and mount namespaces (a /proc of its own). No network,
   every process it starts dies with it; but the file system is the host's,
@@ -147,6 +149,12 @@ def _text(data: bytes, dropped_bytes: int, max_chars: int, workdir: str):
 def _wait(process: subprocess.Popen, deadline: float) -> bool:
   """Waits for `process` to exit without reaping it (so its process group
   id cannot be reused before it is killed); True if the deadline passed."""
+  if not hasattr(os, "waitid"):  # macOS: reaps it, a small race with reuse
+    try:
+      process.wait(timeout=max(0.0, deadline - time.monotonic()))
+      return False
+    except subprocess.TimeoutExpired:
+      return True
   while True:
     state = os.waitid(os.P_PID, process.pid,
                       os.WEXITED | os.WNOHANG | os.WNOWAIT)
