@@ -21,7 +21,9 @@ callable that resolves the function where it is first called, so a worker
 process (`workers`) imports the module or loads the file itself and never
 needs the trainer's ``__main__``. A function that is also registered in
 `VERIFIERS` (its module registers it) brings its declared range
-(`declared_range`); otherwise it declares none.
+(`declared_range`); otherwise it declares none. Other kinds referenced
+the same way (tools, `grpo_jax.tools`) resolve through `parse` and
+`Reference.resolve` with their own config field.
 """
 
 import hashlib
@@ -59,29 +61,36 @@ class Reference(NamedTuple):
   target: str
   function: str
 
-  def resolve(self) -> Callable:
+  def resolve(self, *, field: str = FIELD) -> Callable:
+    """The function, imported or loaded once per process; a config error
+    naming `field` (the config field the reference came from) if it
+    cannot be found."""
     key = (self.target, self.function)
     if key not in _RESOLVED:
-      _RESOLVED[key] = _lookup(self.text, _module(self.text, self.target),
-                               self.function)
+      _RESOLVED[key] = _lookup(
+          self.text, _module(self.text, self.target, field), self.function,
+          field)
     return _RESOLVED[key]
 
   def __call__(self, prompts, completions, answers):
     return self.resolve()(prompts, completions, answers)
 
 
-def parse(text: str) -> Reference:
+def parse(text: str, *, field: str = FIELD, what: str = "reward"
+          ) -> Reference:
   """The `Reference` of ``target:function`` (a relative file path made
-  absolute against the current directory); a config error naming
-  ``rewards.functions`` when `text` has neither form."""
+  absolute against the current directory); a config error naming `field`
+  (``rewards.functions``; another kind's field, `what` naming the kind,
+  when another kind of component is referenced: tools) when `text` has
+  neither form."""
   target, _, function = text.rpartition(":")
   if not target or not function.isidentifier():
-    fail(FIELD, f"{text!r} is not a reward reference", f"write {_FORMS} "
+    fail(field, f"{text!r} is not a {what} reference", f"write {_FORMS} "
          "(the function's name after the last ':'), or a registered name")
   if _is_file(target):
     target = os.path.abspath(os.path.expanduser(target))
   elif not all(part.isidentifier() for part in target.split(".")):
-    fail(FIELD, f"{text!r} names neither a module ({target!r} is not a "
+    fail(field, f"{text!r} names neither a module ({target!r} is not a "
          "dotted module path) nor a .py file", f"write {_FORMS}")
   return Reference(text, target, function)
 
@@ -94,24 +103,24 @@ def _file_module_name(path: str) -> str:
   return f"_reward_file_{''.join(ch if ch.isalnum() else '_' for ch in stem)}_{digest}"
 
 
-def _module(text: str, target: str):
+def _module(text: str, target: str, field: str):
   """The module `target` names, imported or loaded from its file."""
   if not _is_file(target):
     try:
       return importlib.import_module(target)
     except ImportError as error:
-      fail(FIELD, f"the module of {text!r} cannot be imported ({error!r})",
+      fail(field, f"the module of {text!r} cannot be imported ({error!r})",
            f"run from the directory that holds {target.split('.')[0]!r} or "
            "put it on PYTHONPATH, or give the file's path "
            "(path/to/file.py:function)")
     except Exception as error:  # pylint: disable=broad-except
-      fail(FIELD, f"importing the module of {text!r} raised {error!r}",
+      fail(field, f"importing the module of {text!r} raised {error!r}",
            "fix the module so that it imports")
   name = _file_module_name(target)
   if name in sys.modules:
     return sys.modules[name]
   if not os.path.isfile(target):
-    fail(FIELD, f"the file of {text!r} does not exist ({target}; a relative "
+    fail(field, f"the file of {text!r} does not exist ({target}; a relative "
          f"path is read from the current directory, {os.getcwd()})",
          "give the path of an existing .py file")
   spec = importlib.util.spec_from_file_location(name, target)
@@ -121,18 +130,18 @@ def _module(text: str, target: str):
     spec.loader.exec_module(module)
   except Exception as error:  # pylint: disable=broad-except
     del sys.modules[name]
-    fail(FIELD, f"loading the file of {text!r} raised {error!r}",
+    fail(field, f"loading the file of {text!r} raised {error!r}",
          "fix the file so that it runs")
   return module
 
 
-def _lookup(text: str, module, function: str) -> Callable:
+def _lookup(text: str, module, function: str, field: str) -> Callable:
   fn = getattr(module, function, None)
   if fn is None:
     own = sorted(k for k, v in vars(module).items()
                  if inspect.isfunction(v) and not k.startswith("_")
                  and v.__module__ == module.__name__)
-    fail(FIELD, f"{text!r}: its module has no {function!r}",
+    fail(field, f"{text!r}: its module has no {function!r}",
          f"name one of its functions ({', '.join(own) or 'it defines none'})")
   return fn
 
