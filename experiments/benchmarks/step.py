@@ -88,7 +88,8 @@ once from a fixed seed (`long_tail.py`: 90% uniform in [1, 64], 10% the
 limit, the same draws every step), forced on every side at the drawn
 token: grpo_jax's sampler gets `long_tail.jax_hook` as its ``logits_hook``
 (the rollout's `sampling.sample` call wrapped, with ``rollout.slots`` from
-``--slots``, 16 by default there; 0 is the static batch); TRL's
+``--slots``, 16 by default there; 0 is the static batch; the update packed,
+``--pack_rows 1``, in microbatches of 16 rows); TRL's
 GRPOTrainer generates with ``model.generate``, which is wrapped to pass
 `long_tail.ForceLengths` as a ``logits_processor`` (TRL's
 ``generation_kwargs`` go into a ``GenerationConfig``, which holds no
@@ -161,7 +162,10 @@ def make_config(args, num_prompts):
   c.train.num_steps = args.steps + 1
   c.train.num_iterations = 1
   c.train.num_minibatches = 1
-  c.train.microbatch_size = 0
+  # At most the batch (a 1 x 8 step has 8 rows).
+  c.train.microbatch_size = min(args.microbatch_size,
+                                num_prompts * NUM_GENERATIONS)
+  c.train.pack_rows = args.pack_rows
   # Cold compiles unless asked (`train.enable_compilation_cache`).
   c.train.compilation_cache_dir = args.compilation_cache or ""
   c.model.remat = args.remat
@@ -368,6 +372,8 @@ def run_grpo_jax(args, num_prompts):
   out["weights"], out["weight_bytes"] = machine.matmul_weights(
       run.state.params)
   out["slots"] = args.slots
+  out["pack_rows"] = args.pack_rows
+  out["microbatch_size"] = args.microbatch_size
   if lengths is not None:
     out["lengths"] = lengths
   return out
@@ -785,7 +791,9 @@ def run_worker(args, framework, num_prompts):
     command += ["--compilation_cache", args.compilation_cache]
   if args.remat:
     command.append("--remat")
-  command += ["--workload", args.workload, "--slots", str(args.slots)]
+  command += ["--workload", args.workload, "--slots", str(args.slots),
+              "--pack_rows", str(int(args.pack_rows)),
+              "--microbatch_size", str(args.microbatch_size)]
   subprocess.run(command, check=True, cwd=REPO_ROOT)
   result = json.loads(pathlib.Path(out_path).read_text())
   os.unlink(out_path)
@@ -912,6 +920,13 @@ def parse_args(argv=None):
   parser.add_argument("--slots", type=int, default=None,
                       help="grpo_jax's rollout.slots (0: one batch); "
                       "default 0, 16 with long_tail")
+  parser.add_argument("--pack_rows", type=int, default=None, choices=(0, 1),
+                      help="grpo_jax's train.pack_rows (default: 1 with "
+                      "--workload long_tail, else 0)")
+  parser.add_argument("--microbatch_size", type=int, default=None,
+                      help="grpo_jax's train.microbatch_size (default: 16 "
+                      "with --workload long_tail, where the padded update "
+                      "of all rows at once needs ~60 GB; else 0)")
   parser.add_argument("--steps", type=int, default=3,
                       help="timed steps after the warm-up step")
   parser.add_argument("--beta", type=float, default=0.0)
@@ -949,6 +964,11 @@ def parse_args(argv=None):
                            else MAX_NEW_TOKENS)
   if args.slots is None:
     args.slots = 16 if long else 0
+  if args.pack_rows is None:
+    args.pack_rows = int(long)
+  args.pack_rows = bool(args.pack_rows)
+  if args.microbatch_size is None:
+    args.microbatch_size = 16 if long else 0
   if args.slots < 0:
     parser.error(f"--slots={args.slots}: must be >= 0 (0: one batch)")
   if args.max_new_tokens < 1:
