@@ -192,7 +192,9 @@ def test_the_tiny_step_trains_replayed_rows_through_decoupled_ppo():
   first = testing.sample_round(run)
   stored_adv = np.array([1.5, -0.5, 1.0, -1.0, 0.25, -0.25, 2.0, -2.0],
                         np.float32).reshape(p, g)
-  seeded = first._replace(sampler_logp=first.sampler_logp - 0.3)
+  # Shifted on the sampled tokens only (the sampler's padding holds 0).
+  seeded = first._replace(sampler_logp=(first.sampler_logp - 0.3)
+                          * first.mask)
   layout = rollout.group_layout(config)
   empty = run.state.states["groups"]
   state = row_replay.push_rows(empty, row_replay.round_rows(

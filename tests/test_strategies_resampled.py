@@ -348,15 +348,23 @@ def same_batch(a, b):
              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+def _never_right(name):
+  """A verifier that scores every completion 0 (the random tiny model may
+  hit an answer by chance)."""
+  del name
+  return lambda prompts, completions, answers: [0.0] * len(completions)
+
+
 def test_ghpo_tiny_step_hints_every_all_wrong_group():
-  """Scored by accuracy (`testing.ungraded`), the random tiny model
-  answers nothing right, so every group climbs to omega 0.75 and stays
-  wrong; the batch trains on the hinted prompts (the hint in the prompt
-  tokens, outside the loss); the same key gives the same batch."""
+  """Scored by a verifier never right, every group climbs to omega 0.75
+  and stays wrong; the batch trains on the hinted prompts (the hint in the
+  prompt tokens, outside the loss); the same key gives the same batch."""
   config = testing.ungraded(ghpo_config.get_config("tiny"))
   run = train.build(config)
   key = jax.random.fold_in(run.state.key, 0)
-  batch, m, _ = tiny_step(run, key)
+  wrong = testing.with_verifiers(run.rollout_fn.keywords["pipeline"],
+                                 _never_right)
+  batch, m, _ = tiny_step(run, key, wrong)
   assert m["ghpo/hinted_groups"] == 1.0 and m["rollout/rounds"] == 4
   assert m["ghpo/mean_omega"] == 0.75
   assert m["ghpo/still_wrong_groups"] == 1.0
@@ -366,7 +374,7 @@ def test_ghpo_tiny_step_hints_every_all_wrong_group():
       np.asarray(batch.input_mask[0, :-t]) > 0]
   text = pipeline.tokenizer.decode(list(prompt), skip_special_tokens=True)
   assert HINT in text and "\\boxed" in text.split(HINT)[1]
-  again, _, _ = tiny_step(run, key)
+  again, _, _ = tiny_step(run, key, wrong)
   assert same_batch(batch, again)
 
 
@@ -381,15 +389,16 @@ def _rare(name):
 
 
 def test_aero_tiny_step_grows_groups_and_rescues_with_some_success():
-  """Scored by accuracy (`testing.ungraded`), every group is all wrong:
-  AERO draws more of the same prompts (extra rows > 0, the same prompts in
-  the batch). With a verifier right 1 time in 8, some key gives an
-  all-wrong group a right draw: it is rescued with signal; the same key
-  gives the same batch."""
+  """Scored by a verifier never right, every group is all wrong: AERO
+  draws more of the same prompts (extra rows > 0, the same prompts in the
+  batch). With a verifier right 1 time in 8, some key gives an all-wrong
+  group a right draw: it is rescued with signal; the same key gives the
+  same batch."""
   config = testing.ungraded(aero_config.get_config("tiny"))
   run = train.build(config)
   key = jax.random.fold_in(run.state.key, 0)
-  batch, m, _ = tiny_step(run, key)
+  batch, m, _ = tiny_step(run, key, testing.with_verifiers(
+      run.rollout_fn.keywords["pipeline"], _never_right))
   assert m["aero/extra_rows"] > 0 and m["rollout/rounds"] > 1
   assert m["aero/rescued_groups"] == 0.0
   pipeline = run.rollout_fn.keywords["pipeline"]

@@ -137,9 +137,10 @@ def learn_trivial_task(estimator, *, objective=None, group_data=None,
 
 
 def check_learned(history):
-  """The reward starts near chance (< 0.35; 1/8 of the tokens are TARGET
-  under a uniform policy) and ends at least 0.3 above its start, each as
-  the mean of three steps."""
+  """The reward starts near chance (the first step's, sampled before any
+  update, < 0.35; 1/8 of the tokens are TARGET under a uniform policy) and
+  ends at least 0.3 above its start, each as the mean of three steps (a
+  fast objective may be past chance by the third)."""
   start, end = sum(history[:3]) / 3, sum(history[-3:]) / 3
-  assert start < 0.35, history
+  assert history[0] < 0.35, history
   assert end > start + 0.3, history
