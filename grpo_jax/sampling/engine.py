@@ -131,7 +131,8 @@ def sample_slots(params, prompt_tokens, prompt_mask, key, temperature,
   num_real = real.sum().astype(jnp.int32)
 
   def pending(taken, count):
-    """The rows `taken` ... `taken + count - 1` of `order`; R past the end."""
+    """The row `order[taken + count]` (elementwise over `count`), or R (no
+    row) past the last real one."""
     index = taken + count
     return jnp.where(index < num_real,
                      order[jnp.minimum(index, num_rows - 1)], num_rows)
