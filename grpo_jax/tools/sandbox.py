@@ -81,6 +81,12 @@ class SandboxResult(NamedTuple):
   seconds: float
 
 
+# The code runs on the base interpreter that a venv links to (isolated
+# mode, `-I`, reads no venv anyway): a venv under /tmp, as CI's, is hidden
+# by bwrap's private /tmp.
+_INTERPRETER = os.path.realpath(sys.executable)
+
+
 def isolation_prefix(isolation: str, workdir: str) -> List[str]:
   """The command that puts a process into `isolation`, run in `workdir`."""
   if isolation == "bwrap":
@@ -190,7 +196,7 @@ def run_python(code: str, *, time_limit_s: float = 10.0,
     command = ([sys.executable, "-I", "-S", "-c", _LAUNCHER,
                 str(memory_mb << 20), str(int(time_limit_s) + 1),
                 str(FILE_SIZE_LIMIT)] + isolation_prefix(isolation, workdir)
-               + [sys.executable, "-I", "-B", "-X", "utf8", SCRIPT])
+               + [_INTERPRETER, "-I", "-B", "-X", "utf8", SCRIPT])
     start = time.monotonic()
     process = subprocess.Popen(
         command, cwd=workdir, env=_environment(workdir),
