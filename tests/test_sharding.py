@@ -328,34 +328,24 @@ def test_greedy_sampling_matches_single_device(shape):
   assert got.tokens.addressable_shards[0].data.shape == (8 // rows, 4)
 
 
-def test_sampled_decoding_matches_single_device():
+@pytest.mark.parametrize("slots", [None, 4])
+def test_sampled_decoding_matches_single_device(slots):
   """Temperature sampling draws the same tokens with rows split over the
-  mesh (threefry random bits do not depend on the sharding)."""
-  kwargs = dict(SAMPLE_KWARGS, greedy=False, temperature=0.8, top_k=20)
+  mesh (threefry random bits do not depend on the sharding); with 4 slots
+  for the 8 rows (rows end at id 9, slots refill) the engine's slots and
+  caches split over the rows' axes and heads, and match one device
+  decoding all rows at once."""
+  kwargs = dict(SAMPLE_KWARGS, greedy=False, temperature=0.8, top_k=20,
+                eos_ids=(9,))
   key = jax.random.PRNGKey(3)
   expected = sampling.sample(params(), CONFIG, *PROMPTS, key, **kwargs)
   m = mesh((2, 2, 2))
   with jax.set_mesh(m):
     got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
-                          *PROMPTS, key, **kwargs)
+                          *PROMPTS, key, slots=slots, **kwargs)
   np.testing.assert_array_equal(np.asarray(got.tokens),
                                 np.asarray(expected.tokens))
   assert_tree_close(got.logprobs, expected.logprobs)
-
-
-def test_slots_under_a_mesh_match_single_device():
-  """The engine (4 slots for 8 rows) under a (2, 2, 2) mesh: its slots and
-  their caches split over the rows' axes and heads; the same tokens and
-  log-probs as one device decoding all rows at once."""
-  kwargs = dict(SAMPLE_KWARGS, greedy=False, temperature=0.8, eos_ids=(9,))
-  key = jax.random.PRNGKey(3)
-  expected = sampling.sample(params(), CONFIG, *PROMPTS, key, **kwargs)
-  m = mesh((2, 2, 2))
-  with jax.set_mesh(m):
-    got = sampling.sample(sharding.shard_params(params(), m), CONFIG,
-                          *PROMPTS, key, slots=4, **kwargs)
-  np.testing.assert_array_equal(np.asarray(got.tokens),
-                                np.asarray(expected.tokens))
   assert_tree_close(got.tempered_logprobs, expected.tempered_logprobs)
 
 

@@ -143,11 +143,6 @@ class SampleOutput(NamedTuple):
   base_entropies: Optional[jnp.ndarray] = None
 
 
-# The `SampleOutput` fields recorded only when asked for (None otherwise).
-OPTIONAL_FIELDS = ("topk_ids", "topk_logprobs", "temperatures",
-                   "base_entropies")
-
-
 class DecodeState(NamedTuple):
   """The fixed-size carry of the decode loop (N rows, T new tokens)."""
   step: jnp.ndarray  # [] int32, index of the next token to draw.
@@ -470,7 +465,8 @@ def _sample(params, prompt_tokens, prompt_mask, key, temperature,
           buffer, column[:, None], (0, step) + (0,) * (column.ndim - 1))
 
     optional = {name: write(getattr(state, name), getattr(drawn, name))
-                for name in OPTIONAL_FIELDS if getattr(drawn, name) is not None}
+                for name in draw.OPTIONAL_FIELDS
+                if getattr(drawn, name) is not None}
     return state._replace(
         step=step + 1,
         last_tokens=tokens,

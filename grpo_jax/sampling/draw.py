@@ -45,6 +45,12 @@ def token_keys(keys, steps):
   return jax.vmap(jax.random.fold_in)(keys, steps)
 
 
+# The `StepValues` (and `sampling.SampleOutput`) fields recorded only when
+# asked for; None otherwise.
+OPTIONAL_FIELDS = ("topk_ids", "topk_logprobs", "temperatures",
+                   "base_entropies")
+
+
 class StepValues(NamedTuple):
   """What one decode step records for each of its N rows ([N] or [N, K])."""
   tokens: jnp.ndarray

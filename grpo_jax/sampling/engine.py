@@ -173,8 +173,7 @@ def sample_slots(params, prompt_tokens, prompt_mask, key, temperature,
                                           values, live)
     rows = state.rows
     optional = {name: put(getattr(rows, name), getattr(drawn, name))
-                for name in ("topk_ids", "topk_logprobs", "temperatures",
-                             "base_entropies")
+                for name in draw.OPTIONAL_FIELDS
                 if getattr(drawn, name) is not None}
     ending = jnp.where(live & finished, state.row, num_rows)
     rows = rows._replace(
